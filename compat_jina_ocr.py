@@ -1,0 +1,59 @@
+"""The one place that knows how Transformers releases differ, for the supported range 5.17 - 5.24.
+
+- The cache argument of ``forward`` and the cache field of model outputs are ``past_key_values``
+  up to 5.23 and ``cache`` from 5.24: forwards accept both names and outputs are built with the field
+  name of the installed release.
+- Importing the remote code on a release outside the range fails (too old) or warns (newer than
+  the newest release we tested) with a message that names the range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import transformers
+from packaging.version import Version
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+SUPPORTED_RANGE = ">=5.17,<5.25"
+OLDEST_SUPPORTED = Version("5.17.0")
+NEWEST_TESTED = Version("5.24.99")
+
+
+def check_transformers_version(installed: str = transformers.__version__) -> None:
+    """Raise for a release older than 5.17 and warn for one newer than 5.24."""
+    version = Version(installed)
+    if version < OLDEST_SUPPORTED:
+        raise ImportError(
+            f"jina-ocr's remote code needs transformers {SUPPORTED_RANGE}; transformers {installed} is "
+            f"installed. Upgrade with: pip install 'transformers{SUPPORTED_RANGE}'"
+        )
+    if version > NEWEST_TESTED:
+        warnings.warn(
+            f"jina-ocr's remote code is tested with transformers {SUPPORTED_RANGE}; {installed} is newer "
+            "and may work, but if it fails install a supported release.",
+            stacklevel=2,
+        )
+
+
+CACHE_FIELD = (
+    "cache" if "cache" in {f.name for f in dataclasses.fields(BaseModelOutputWithPast)} else "past_key_values"
+)
+
+
+def resolve_cache(cache, past_key_values):
+    """The cache a forward was given, under whichever name the installed release passes it."""
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("pass the KV cache once, as `cache` or as `past_key_values`, not both")
+    return cache if cache is not None else past_key_values
+
+
+def with_cache(output_class, cache, **fields):
+    """Build a model output, storing ``cache`` under the installed release's field name."""
+    return output_class(**{CACHE_FIELD: cache}, **fields)
+
+
+def output_cache(output):
+    """The cache stored in a model output, whatever the installed release calls the field."""
+    return getattr(output, CACHE_FIELD)

@@ -1,0 +1,223 @@
+"""Configuration of jina-ocr-v1: DeepSeek-OCR's DeepEncoder (SAM ViT-B + CLIP-L), its DeepSeek-V2 MoE
+decoder, and the FastMTP draft head.
+
+Every dimension is a field so that the same code builds the 3.34 B model and the tiny models of the
+tests. The defaults are the full jina-ocr-v1 model. A DeepSeek-OCR or jina-ocr-v1 ``config.json`` is
+accepted as it is: its nested ``vision_config`` / ``projector_config`` / ``language_config`` blocks are
+read into the flat fields (the decoder fields at the top level win over ``language_config``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+# Keys of the DeepSeek-OCR config.json that describe its own code or MLA variants we do not have; they
+# are consumed here (checked where they matter) so they are not saved back as meaningless attributes.
+_DEEPSEEK_ONLY_KEYS = (
+    "candidate_resolutions",
+    "global_view_pos",
+    "tile_tag",
+    "lm_head",
+    "rm_head",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_group",
+    "topk_group",
+)
+
+MTP_HIDDEN_CHOICES = ("post_norm", "pre_norm")
+
+# Every field and its default (the full jina-ocr-v1 model); see JinaOCRConfig's docstring.
+DEFAULTS: dict[str, Any] = {
+    # SAM ViT-B
+    "sam_image_size": 1024,
+    "sam_patch_size": 16,
+    "sam_hidden_size": 768,
+    "sam_num_layers": 12,
+    "sam_num_heads": 12,
+    "sam_mlp_dim": 3072,
+    "sam_window_size": 14,
+    "sam_global_attn_indexes": [2, 5, 8, 11],
+    "sam_out_channels": 256,
+    "sam_downsample_channels": [512, 1024],
+    "sam_layer_norm_eps": 1e-6,
+    # CLIP-L
+    "clip_hidden_size": 1024,
+    "clip_num_layers": 24,
+    "clip_num_heads": 16,
+    "clip_intermediate_size": 4096,
+    "clip_image_size": 224,
+    "clip_patch_size": 14,
+    "clip_layer_norm_eps": 1e-5,
+    # decoder
+    "vocab_size": 129280,
+    "hidden_size": 1280,
+    "intermediate_size": 6848,
+    "moe_intermediate_size": 896,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 10,
+    "num_key_value_heads": 10,
+    "head_dim": None,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1,
+    "routed_scaling_factor": 1.0,
+    "norm_topk_prob": False,
+    "topk_method": "greedy",
+    "scoring_func": "softmax",
+    "use_mla": False,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "max_position_embeddings": 32768,
+    "attention_bias": False,
+    "initializer_range": 0.02,
+    "image_token_id": 128815,
+    "use_cache": True,
+    # FastMTP
+    "num_nextn_predict_layers": 1,
+    "mtp_num_speculative_steps": 3,
+    "mtp_recursive": True,
+    "mtp_share_embedding_weights": True,
+    "mtp_share_lm_head": True,
+    "mtp_share_norm": True,
+    "mtp_moe": False,
+    "mtp_first_hidden": "post_norm",
+    "mtp_feedback_hidden": "post_norm",
+    # special tokens (passed on to PretrainedConfig)
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "pad_token_id": 2,
+    "tie_word_embeddings": False,
+}
+_BASE_CLASS_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+
+
+def _from_vision_block(vision: dict) -> dict[str, Any]:
+    """DeepSeek-OCR's ``vision_config.width.{sam_vit_b, clip-l-14-224}`` in our field names."""
+    widths = vision.get("width", {})
+    sam, clip = widths.get("sam_vit_b", {}), widths.get("clip-l-14-224", {})
+    names = {
+        "sam_hidden_size": sam.get("width"),
+        "sam_num_layers": sam.get("layers"),
+        "sam_num_heads": sam.get("heads"),
+        "sam_global_attn_indexes": sam.get("global_attn_indexes"),
+        "sam_downsample_channels": sam.get("downsample_channels"),
+        "sam_mlp_dim": 4 * sam["width"] if "width" in sam else None,
+        "sam_image_size": vision.get("image_size"),
+        "clip_hidden_size": clip.get("width"),
+        "clip_num_layers": clip.get("layers"),
+        "clip_num_heads": clip.get("heads"),
+        "clip_image_size": clip.get("image_size"),
+        "clip_patch_size": clip.get("patch_size"),
+        "clip_intermediate_size": 4 * clip["width"] if "width" in clip else None,
+    }
+    return {key: value for key, value in names.items() if value is not None}
+
+
+class JinaOCRConfig(PretrainedConfig):
+    r"""Hyper-parameters of :class:`JinaOCRForConditionalGeneration`.
+
+    Vision (SAM ViT-B, prefix ``sam_``): ``sam_image_size`` and ``sam_patch_size`` fix the size of the
+    learned position grid (1024 / 16 = 64); other input sizes interpolate it. ``sam_window_size`` is
+    the local attention window, ``sam_global_attn_indexes`` the blocks that attend globally,
+    ``sam_out_channels`` the neck width and ``sam_downsample_channels`` the two stride-2 convolutions
+    that compress 16x (their last width feeds CLIP, so it must equal ``clip_hidden_size``).
+
+    Vision (CLIP-L, prefix ``clip_``): its patch embedding is stored but unused (SAM's features
+    replace it); ``clip_image_size / clip_patch_size`` is the learned position grid (16 x 16 + class).
+
+    Decoder (DeepSeek-V2 names): plain multi-head attention (``use_mla`` must be false), layers below
+    ``first_k_dense_replace`` are dense, the others route each token to ``num_experts_per_tok`` of
+    ``n_routed_experts`` experts by softmax probability (not renormalised unless ``norm_topk_prob``)
+    and add ``n_shared_experts`` always-on experts fused into one MLP.
+
+    FastMTP: ``num_nextn_predict_layers`` heads (0 = none, as in DeepSeek-OCR; jina-ocr-v1 has one),
+    applied recursively ``mtp_num_speculative_steps`` times. Public ports disagree on two choices, so
+    they are fields with the same meaning in every engine we ship:
+
+    - ``mtp_first_hidden``: the main model state that draft step 1 reads, ``"post_norm"`` (after the
+      decoder's final RMSNorm, what vLLM hands its drafters) or ``"pre_norm"``.
+    - ``mtp_feedback_hidden``: the head state fed back as ``h`` for steps 2..K, ``"post_norm"`` (the
+      head's output after the shared final norm, as the released checkpoint's plugin does) or
+      ``"pre_norm"`` (the draft block's output before it, as vLLM's DeepSeek MTP drafter does).
+    """
+
+    model_type = "jina_ocr"
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+
+    def __init__(self, **kwargs: Any):
+        original = "language_config" in kwargs or kwargs.get("model_type") == "deepseek_vl_v2"
+        vision = kwargs.pop("vision_config", None) or {}
+        projector = kwargs.pop("projector_config", None) or {}
+        language = kwargs.pop("language_config", None) or {}
+        legacy = {key: kwargs.pop(key) for key in _DEEPSEEK_ONLY_KEYS if key in kwargs}
+        for key in _DEEPSEEK_ONLY_KEYS:
+            language.pop(key, None)
+        if kwargs.get("model_type") not in (None, self.model_type):
+            kwargs.pop("model_type")
+
+        # Precedence: defaults < the original nested blocks < explicit (top-level) values.
+        values = dict(DEFAULTS)
+        if original:
+            # A config.json of the original layout names the reference code, not ours, and leaves
+            # out what DeepseekV2Config defaults: rope_theta 10000, and no FastMTP head.
+            kwargs.pop("auto_map", None)
+            kwargs.pop("architectures", None)
+            values.update(rope_theta=10000.0, num_nextn_predict_layers=0)
+        values.update(_from_vision_block(vision))
+        if "n_embed" in projector:
+            values["hidden_size"] = projector["n_embed"]
+        if projector.get("projector_type", "linear") != "linear":
+            raise ValueError(f"only DeepSeek-OCR's linear projector is supported, got {projector}")
+        values.update({key: value for key, value in language.items() if key in DEFAULTS})
+        values.update({key: kwargs.pop(key) for key in list(kwargs) if key in DEFAULTS})
+        for key in ("sam_global_attn_indexes", "sam_downsample_channels"):
+            values[key] = list(values[key])
+        special = {key: values.pop(key) for key in _BASE_CLASS_KEYS}
+        for key, value in values.items():
+            setattr(self, key, value)
+        self._check(legacy)
+        super().__init__(**special, **kwargs)
+
+    def _check(self, legacy: dict) -> None:
+        if self.use_mla or legacy.get("kv_lora_rank"):
+            raise ValueError(
+                "multi-head latent attention (use_mla) is not part of DeepSeek-OCR; this config has it"
+            )
+        if self.topk_method != "greedy" or self.scoring_func != "softmax":
+            raise ValueError(
+                f"the router supports topk_method='greedy' with scoring_func='softmax', got "
+                f"{self.topk_method!r} / {self.scoring_func!r}"
+            )
+        if legacy.get("n_group", 1) != 1 or legacy.get("topk_group", 1) != 1:
+            raise ValueError("group-limited routing (n_group / topk_group > 1) is not supported")
+        if self.sam_downsample_channels[-1] != self.clip_hidden_size:
+            raise ValueError(
+                f"SAM's last compressor width ({self.sam_downsample_channels[-1]}) must equal "
+                f"clip_hidden_size ({self.clip_hidden_size}): SAM's features replace CLIP's patch embeddings"
+            )
+        if self.hidden_size % self.num_attention_heads and self.head_dim is None:
+            raise ValueError("hidden_size must be divisible by num_attention_heads when head_dim is not set")
+        for name in ("mtp_first_hidden", "mtp_feedback_hidden"):
+            if getattr(self, name) not in MTP_HIDDEN_CHOICES:
+                raise ValueError(f"{name} must be one of {MTP_HIDDEN_CHOICES}, got {getattr(self, name)!r}")
+        if self.num_nextn_predict_layers not in (0, 1):
+            raise ValueError("FastMTP uses one recursive head: num_nextn_predict_layers must be 0 or 1")
+        if self.mtp_moe:
+            raise ValueError("an MoE FastMTP block (mtp_moe) is not supported; jina-ocr-v1's head is dense")
+
+    @property
+    def projector_input_dim(self) -> int:
+        """CLIP features and SAM features are concatenated channel-wise before the projector."""
+        return self.clip_hidden_size + self.sam_downsample_channels[-1]
+
+    @property
+    def decoder_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads

@@ -1,0 +1,1 @@
+"""One module per ``jina-ocr`` subcommand (see :mod:`jina_ocr.cli`)."""

@@ -1,0 +1,1 @@
+"""Export parts: each module registers the files one part of the package adds to the Hub folder."""

@@ -1,0 +1,896 @@
+"""jina-ocr-v1: DeepSeek-OCR's DeepEncoder and DeepSeek-V2 MoE decoder, plus the FastMTP draft head.
+
+Data flow for one page (SPEC: vision, fusion, visual sequence, decoder):
+
+    global view (S x S) and 640-px tiles
+      -> SAM ViT-B (windowed + global attention with decomposed relative positions)
+      -> neck and two stride-2 convolutions (16x fewer tokens: 64 x 64 patches -> 16 x 16)
+      -> CLIP-L, whose patch embeddings are replaced by SAM's features
+      -> [CLIP without class token | SAM] (2048 channels) -> linear projector (decoder width)
+      -> visual sequence: tiles as one big grid with a newline vector per row, the global view with a
+         newline per row, one separator; it replaces the ``<image>`` placeholders of the prompt
+      -> decoder: pre-norm layers, rotary MHA, layer 0 dense SwiGLU, the others MoE (top-k of softmax
+         router probabilities, not renormalised, plus shared experts)
+
+Module and parameter names mirror the checkpoint keys exactly, so the original per-expert
+checkpoints load and save with no renaming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .compat_jina_ocr import check_transformers_version, output_cache, resolve_cache, with_cache
+from .configuration_jina_ocr import JinaOCRConfig
+
+check_transformers_version()
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """At least float32: norms, routing and logits are computed in float32, float64 stays float64."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# SAM ViT-B
+# --------------------------------------------------------------------------------------------------
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over the channels of each pixel of a (B, C, H, W) map."""
+
+    def __init__(self, channels: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(1, keepdim=True)
+        var = (x - mean).pow(2).mean(1, keepdim=True)
+        x = (x - mean) / torch.sqrt(var + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+class SAMPatchEmbed(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        p = config.sam_patch_size
+        self.proj = nn.Conv2d(3, config.sam_hidden_size, kernel_size=p, stride=p)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.proj(pixel_values).permute(0, 2, 3, 1)  # (B, H, W, C)
+
+
+def relative_position_table(q_size: int, k_size: int, rel_pos: torch.Tensor) -> torch.Tensor:
+    """Rows of a relative-position table for every (query, key) pair along one axis.
+
+    The table is learned for one size (2 * size - 1 rows); other sizes interpolate it linearly, as
+    SAM does when the grid differs from the one it was trained on.
+    """
+    max_rel_dist = 2 * max(q_size, k_size) - 1
+    if rel_pos.shape[0] != max_rel_dist:
+        dtype = rel_pos.dtype
+        table = rel_pos.to(_compute_dtype(dtype)).T.unsqueeze(0)  # (1, C, L)
+        rel_pos = F.interpolate(table, size=max_rel_dist, mode="linear").squeeze(0).T.to(dtype)
+    q_coords = torch.arange(q_size, device=rel_pos.device)[:, None] * max(k_size / q_size, 1.0)
+    k_coords = torch.arange(k_size, device=rel_pos.device)[None, :] * max(q_size / k_size, 1.0)
+    relative = (q_coords - k_coords) + (k_size - 1) * max(q_size / k_size, 1.0)
+    return rel_pos[relative.long()]
+
+
+class SAMAttention(nn.Module):
+    """Multi-head attention over a (B, H, W, C) map with SAM's decomposed relative-position bias.
+
+    The bias is a q-dependent term from ``rel_pos_h`` over rows plus one from ``rel_pos_w`` over
+    columns; it enters as an additive mask, so the attention itself runs through sdpa.
+    """
+
+    def __init__(self, config: JinaOCRConfig, input_size: int):
+        super().__init__()
+        dim = config.sam_hidden_size
+        self.num_heads = config.sam_num_heads
+        self.head_dim = dim // self.num_heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.rel_pos_h = nn.Parameter(torch.zeros(2 * input_size - 1, self.head_dim))
+        self.rel_pos_w = nn.Parameter(torch.zeros(2 * input_size - 1, self.head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, height, width, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, height * width, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, HW, d)
+        r_q = q.reshape(batch * self.num_heads, height, width, self.head_dim)
+        rel_h = torch.einsum("bhwc,hkc->bhwk", r_q, relative_position_table(height, height, self.rel_pos_h))
+        rel_w = torch.einsum("bhwc,wkc->bhwk", r_q, relative_position_table(width, width, self.rel_pos_w))
+        bias = (rel_h.unsqueeze(-1) + rel_w.unsqueeze(-2)).reshape(
+            batch, self.num_heads, height * width, height * width
+        )
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        out = out.transpose(1, 2).reshape(batch, height, width, dim)
+        return self.proj(out)
+
+
+class SAMMLP(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.lin1 = nn.Linear(config.sam_hidden_size, config.sam_mlp_dim)
+        self.lin2 = nn.Linear(config.sam_mlp_dim, config.sam_hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin2(F.gelu(self.lin1(x)))
+
+
+class SAMBlock(GradientCheckpointingLayer):
+    """Pre-norm ViT block; windowed blocks attend inside zero-padded windows (padding not masked)."""
+
+    def __init__(self, config: JinaOCRConfig, window_size: int):
+        super().__init__()
+        global_size = config.sam_image_size // config.sam_patch_size
+        self.window_size = window_size
+        self.norm1 = nn.LayerNorm(config.sam_hidden_size, eps=config.sam_layer_norm_eps)
+        self.attn = SAMAttention(config, input_size=window_size or global_size)
+        self.norm2 = nn.LayerNorm(config.sam_hidden_size, eps=config.sam_layer_norm_eps)
+        self.mlp = SAMMLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x
+        x = self.norm1(x)
+        if self.window_size:
+            batch, height, width, dim = x.shape
+            ws = self.window_size
+            pad_h, pad_w = (-height) % ws, (-width) % ws
+            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+            hp, wp = height + pad_h, width + pad_w
+            x = (
+                x.view(batch, hp // ws, ws, wp // ws, ws, dim)
+                .permute(0, 1, 3, 2, 4, 5)
+                .reshape(-1, ws, ws, dim)
+            )
+            x = self.attn(x)
+            x = (
+                x.view(batch, hp // ws, wp // ws, ws, ws, dim)
+                .permute(0, 1, 3, 2, 4, 5)
+                .reshape(batch, hp, wp, dim)
+            )
+            x = x[:, :height, :width]
+        else:
+            x = self.attn(x)
+        x = shortcut + x
+        return x + self.mlp(self.norm2(x))
+
+
+class SAMEncoder(nn.Module):
+    """SAM ViT-B image encoder with its neck and the 16x compressor (``net_2``, ``net_3``)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        grid = config.sam_image_size // config.sam_patch_size
+        self.patch_embed = SAMPatchEmbed(config)
+        self.pos_embed = nn.Parameter(torch.zeros(1, grid, grid, config.sam_hidden_size))
+        global_blocks = set(config.sam_global_attn_indexes)
+        self.blocks = nn.ModuleList(
+            SAMBlock(config, window_size=0 if i in global_blocks else config.sam_window_size)
+            for i in range(config.sam_num_layers)
+        )
+        out = config.sam_out_channels
+        self.neck = nn.Sequential(
+            nn.Conv2d(config.sam_hidden_size, out, kernel_size=1, bias=False),
+            LayerNorm2d(out, eps=config.sam_layer_norm_eps),
+            nn.Conv2d(out, out, kernel_size=3, padding=1, bias=False),
+            LayerNorm2d(out, eps=config.sam_layer_norm_eps),
+        )
+        mid, last = config.sam_downsample_channels
+        self.net_2 = nn.Conv2d(out, mid, kernel_size=3, stride=2, padding=1, bias=False)
+        self.net_3 = nn.Conv2d(mid, last, kernel_size=3, stride=2, padding=1, bias=False)
+
+    def position_embedding(self, height: int, width: int) -> torch.Tensor:
+        """The learned grid, resized bicubic with antialias in float32 when the input grid differs."""
+        pos = self.pos_embed
+        if pos.shape[1:3] == (height, width):
+            return pos
+        grid = pos.permute(0, 3, 1, 2).to(_compute_dtype(pos.dtype))
+        grid = F.interpolate(grid, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
+        return grid.permute(0, 2, 3, 1).to(pos.dtype)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(pixel_values)
+        x = x + self.position_embedding(x.shape[1], x.shape[2])
+        for block in self.blocks:
+            x = block(x)
+        x = self.neck(x.permute(0, 3, 1, 2))
+        return self.net_3(self.net_2(x))  # (B, C, S/64, S/64)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLIP-L (patch embeddings replaced by SAM's features)
+# --------------------------------------------------------------------------------------------------
+
+
+class CLIPEmbeddings(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        dim, p = config.clip_hidden_size, config.clip_patch_size
+        self.grid = config.clip_image_size // p
+        self.class_embedding = nn.Parameter(torch.zeros(dim))
+        # Stored in the checkpoint but unused: SAM's features take the place of these patches.
+        self.patch_embedding = nn.Conv2d(3, dim, kernel_size=p, stride=p, bias=False)
+        self.position_embedding = nn.Embedding(self.grid * self.grid + 1, dim)
+
+    def forward(self, patch_embeds: torch.Tensor) -> torch.Tensor:
+        """``patch_embeds``: SAM's output (B, C, h, w)."""
+        batch, _, height, width = patch_embeds.shape
+        tokens = patch_embeds.flatten(2).transpose(1, 2)
+        cls = self.class_embedding.to(tokens.dtype).expand(batch, 1, -1)
+        return torch.cat([cls, tokens], dim=1) + self.positions(height, width)
+
+    def positions(self, height: int, width: int) -> torch.Tensor:
+        table = self.position_embedding.weight
+        if (height, width) == (self.grid, self.grid):
+            return table
+        dtype = table.dtype
+        grid = table[1:].T.reshape(1, -1, self.grid, self.grid).to(_compute_dtype(dtype))
+        grid = F.interpolate(grid, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
+        return torch.cat([table[:1], grid.flatten(2)[0].T.to(dtype)], dim=0)
+
+
+class CLIPAttention(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        dim = config.clip_hidden_size
+        self.num_heads = config.clip_num_heads
+        self.qkv_proj = nn.Linear(dim, 3 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        q, k, v = self.qkv_proj(x).view(batch, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, length, dim))
+
+
+class CLIPMLP(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.clip_hidden_size, config.clip_intermediate_size)
+        self.fc2 = nn.Linear(config.clip_intermediate_size, config.clip_hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc1(x)
+        return self.fc2(x * torch.sigmoid(1.702 * x))  # quick-GELU
+
+
+class CLIPLayer(GradientCheckpointingLayer):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.layer_norm1 = nn.LayerNorm(config.clip_hidden_size, eps=config.clip_layer_norm_eps)
+        self.self_attn = CLIPAttention(config)
+        self.layer_norm2 = nn.LayerNorm(config.clip_hidden_size, eps=config.clip_layer_norm_eps)
+        self.mlp = CLIPMLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class CLIPTransformer(nn.Module):
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(CLIPLayer(config) for _ in range(config.clip_num_layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class CLIPVisionEncoder(nn.Module):
+    """CLIP-L over SAM's features; no final layer norm (DeepSeek-OCR uses the last layer's output)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.embeddings = CLIPEmbeddings(config)
+        self.pre_layrnorm = nn.LayerNorm(config.clip_hidden_size, eps=config.clip_layer_norm_eps)
+        self.transformer = CLIPTransformer(config)
+
+    def forward(self, sam_features: torch.Tensor) -> torch.Tensor:
+        return self.transformer(self.pre_layrnorm(self.embeddings(sam_features)))
+
+
+class Projector(nn.Module):
+    """One linear layer from [CLIP | SAM] channels to the decoder width (``projector.layers``)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.layers = nn.Linear(config.projector_input_dim, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder
+# --------------------------------------------------------------------------------------------------
+
+
+class JinaOCRRMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(_compute_dtype(dtype))
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary_embedding(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos and sin of shape (B, 1, L, head_dim) for the rotate-half convention over the full head."""
+    compute = _compute_dtype(dtype)
+    exponent = torch.arange(0, head_dim, 2, device=position_ids.device, dtype=compute) / head_dim
+    inv_freq = 1.0 / (theta**exponent)
+    freqs = position_ids[..., None].to(compute) * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Plain softmax attention; the registry's sdpa/flash functions are used when configured."""
+    groups = module.num_key_value_groups
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = weights.softmax(dim=-1, dtype=_compute_dtype(query.dtype)).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def attention_function(implementation: str | None) -> Callable:
+    if implementation in (None, "eager"):
+        return eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+class JinaOCRAttention(nn.Module):
+    """Plain multi-head attention (DeepSeek-OCR does not use MLA) with rotary positions."""
+
+    def __init__(self, config: JinaOCRConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.decoder_head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = True
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def forward(self, x, position_embeddings, attention_mask, cache: Cache | None = None, **kwargs):
+        batch, length, _ = x.shape
+        q = self.q_proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        cos, sin = position_embeddings
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        attend = attention_function(self.config._attn_implementation)
+        out, _ = attend(self, q, k, v, attention_mask, scaling=self.scaling, dropout=0.0, **kwargs)
+        return self.o_proj(out.reshape(batch, length, -1))
+
+
+class JinaOCRMLP(nn.Module):
+    """SwiGLU: ``down(silu(gate x) * up x)``."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class JinaOCRRouter(nn.Module):
+    """Softmax over all routed experts in float32, greedy top-k; weights are the probabilities as
+    they are (``norm_topk_prob`` false in DeepSeek-OCR), times ``routed_scaling_factor``."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        self.scaling = config.routed_scaling_factor
+        self.weight = nn.Parameter(torch.zeros(config.n_routed_experts, config.hidden_size))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        compute = _compute_dtype(x.dtype)
+        probs = F.linear(x.to(compute), self.weight.to(compute)).softmax(dim=-1)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights * self.scaling, experts
+
+
+class JinaOCRMoE(nn.Module):
+    """Routed experts plus the shared experts (one MLP of ``n_shared_experts`` times the width).
+
+    Dispatch is grouped: token slots are sorted by expert and each expert that received tokens runs
+    once on its group, so a decode step touches only the k selected experts' weights and Python
+    work does not grow with the number of tokens.
+    """
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.num_experts = config.n_routed_experts
+        self.gate = JinaOCRRouter(config)
+        self.experts = nn.ModuleList(
+            JinaOCRMLP(config.hidden_size, config.moe_intermediate_size) for _ in range(self.num_experts)
+        )
+        self.shared_experts = JinaOCRMLP(
+            config.hidden_size, config.moe_intermediate_size * config.n_shared_experts
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        weights, experts = self.gate(x)
+        routed = self.dispatch(x, weights, experts)
+        return (routed + self.shared_experts(x)).view(shape)
+
+    def dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        tokens, top_k = experts.shape
+        flat = experts.reshape(-1)
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.num_experts)
+        active = counts.nonzero().flatten()
+        grouped = x[order // top_k]
+        outputs = torch.empty_like(grouped)
+        start = 0
+        for expert, count in zip(active.tolist(), counts[active].tolist(), strict=True):
+            end = start + count
+            outputs[start:end] = self.experts[expert](grouped[start:end])
+            start = end
+        per_slot = torch.empty_like(outputs)
+        per_slot[order] = outputs
+        per_slot = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
+        return per_slot.sum(dim=1).to(x.dtype)
+
+
+class JinaOCRDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: JinaOCRConfig, layer_idx: int, moe: bool):
+        super().__init__()
+        self.input_layernorm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = JinaOCRAttention(config, layer_idx)
+        self.post_attention_layernorm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = JinaOCRMoE(config) if moe else JinaOCRMLP(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x, position_embeddings, attention_mask=None, cache=None, **kwargs):
+        x = x + self.self_attn(self.input_layernorm(x), position_embeddings, attention_mask, cache, **kwargs)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def decoder_attention_mask(
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    implementation: str | None,
+) -> torch.Tensor | None:
+    """The mask the attention function expects: causal plus key padding.
+
+    Eager and sdpa take an additive (B, 1, q, kv) mask; flash attention takes the 2D padding mask
+    and applies causality itself. None when nothing needs masking (one query, no padding).
+    """
+    padded = attention_mask is not None and not bool(attention_mask.all())
+    if implementation is not None and "flash" in implementation:
+        return attention_mask if padded else None
+    if query_length == 1 and not padded:
+        return None
+    kv_length = past_length + query_length
+    key_pos = torch.arange(kv_length, device=device)
+    query_pos = torch.arange(past_length, kv_length, device=device)
+    allowed = (key_pos[None, :] <= query_pos[:, None])[None, None]
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, None, -kv_length:].bool()
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
+
+
+def positions_from_mask(
+    attention_mask: torch.Tensor | None, query_length: int, past_length: int, device: torch.device
+) -> torch.Tensor:
+    """Position ids 0..L-1 counted over real tokens, so left padding does not shift a page's positions."""
+    if attention_mask is None:
+        return torch.arange(past_length, past_length + query_length, device=device)[None]
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.clamp(min=0)[:, -query_length:]
+
+
+# --------------------------------------------------------------------------------------------------
+# FastMTP head
+# --------------------------------------------------------------------------------------------------
+
+
+class JinaOCRMTPHead(nn.Module):
+    """One FastMTP draft step: ``x = block(eh_proj([enorm(e_j) ; hnorm(h_{j-1})]))``.
+
+    The embedding, the final norm and the LM head are shared with the main model, so the caller passes
+    ``embeddings`` (of the token at position j) and applies ``model.norm`` and ``lm_head`` to the output.
+    The block is one dense decoder layer with a KV cache of its own (layer index 0 of that cache).
+    """
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.enorm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.hnorm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
+        self.mtp_block = JinaOCRDecoderLayer(config, layer_idx=0, moe=False)
+        self.config = config
+
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Returns the block's output before the shared final norm, shape (B, q, hidden)."""
+        # The first token of a sequence has no preceding hidden state; vLLM zeroes its embedding.
+        embeddings = embeddings.masked_fill((position_ids == 0)[..., None], 0.0)
+        x = self.eh_proj(torch.cat([self.enorm(embeddings), self.hnorm(hidden)], dim=-1))
+        past = cache.get_seq_length() if cache is not None else 0
+        mask = decoder_attention_mask(
+            attention_mask, x.shape[1], past, x.dtype, x.device, self.config._attn_implementation
+        )
+        rope = rotary_embedding(position_ids, self.config.decoder_head_dim, self.config.rope_theta, x.dtype)
+        return self.mtp_block(x, rope, mask, cache)
+
+
+class JinaOCRMTPModule(nn.Module):
+    """Holds the FastMTP heads under ``mtp_module.heads.N`` (jina-ocr-v1 has one, used recursively)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.heads = nn.ModuleList(JinaOCRMTPHead(config) for _ in range(config.num_nextn_predict_layers))
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JinaOCRModelOutput(BaseModelOutputWithPast):
+    """Adds the decoder state before the final norm, which FastMTP may read (``mtp_first_hidden``)."""
+
+    pre_norm_hidden_state: torch.Tensor | None = None
+
+
+@dataclass
+class JinaOCRCausalLMOutput(CausalLMOutputWithPast):
+    """Adds the last decoder states after and before the final norm, for FastMTP drafting."""
+
+    last_hidden_state: torch.Tensor | None = None
+    pre_norm_hidden_state: torch.Tensor | None = None
+
+
+class JinaOCRPreTrainedModel(PreTrainedModel):
+    config_class = JinaOCRConfig
+    config: JinaOCRConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["JinaOCRDecoderLayer", "SAMBlock", "CLIPLayer", "JinaOCRMTPHead"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    # Some jina-ocr-v1 revisions store exact copies of the shared embedding, norm and LM head
+    # inside the FastMTP module; the shared tensors are used, the copies are accepted and dropped.
+    _keys_to_ignore_on_load_unexpected = [r"mtp_module\..*(mtp_embed_tokens|shared_head)"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            module.weight.normal_(0.0, std)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, std)
+        elif isinstance(module, (nn.LayerNorm, LayerNorm2d)):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+        elif isinstance(module, JinaOCRRMSNorm):
+            module.weight.fill_(1.0)
+        elif isinstance(module, (JinaOCRRouter, SAMAttention)):
+            for param in module.parameters(recurse=False):
+                param.normal_(0.0, std)
+        elif isinstance(module, (SAMEncoder, CLIPEmbeddings)):
+            for param in module.parameters(recurse=False):
+                param.normal_(0.0, std)
+        elif isinstance(module, JinaOCRModel):
+            module.image_newline.normal_(0.0, std)
+            module.view_seperator.normal_(0.0, std)
+
+
+class JinaOCRModel(JinaOCRPreTrainedModel):
+    """Vision encoders, projector and decoder; returns decoder states (no LM head)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__(config)
+        self.sam_model = SAMEncoder(config)
+        self.vision_model = CLIPVisionEncoder(config)
+        self.projector = Projector(config)
+        self.image_newline = nn.Parameter(torch.zeros(config.hidden_size))
+        self.view_seperator = nn.Parameter(torch.zeros(config.hidden_size))  # sic: the checkpoint's key
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            JinaOCRDecoderLayer(config, i, moe=i >= config.first_k_dense_replace)
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def encode_views(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(N, 3, S, S) views -> (N, (S/64)^2, hidden): CLIP (no class token) and SAM, projected."""
+        sam = self.sam_model(pixel_values)
+        clip = self.vision_model(sam)
+        fused = torch.cat([clip[:, 1:], sam.flatten(2).transpose(1, 2)], dim=-1)
+        return self.projector(fused)
+
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        pixel_values_local: torch.Tensor | None = None,
+        image_grids: torch.Tensor | None = None,
+    ) -> list[torch.Tensor]:
+        """The visual sequence of every image, in order: tiles grid, global view, separator.
+
+        ``image_grids[k] = (i, j)`` is image k's tile grid (columns, rows), (0, 0) without tiles;
+        ``pixel_values_local`` holds all tiles, image after image, each image's tiles row-major.
+        """
+        pixel_values = _check_pixels(pixel_values, "pixel_values", self.dtype)
+        num_images = pixel_values.shape[0]
+        if image_grids is None:
+            image_grids = torch.zeros(num_images, 2, dtype=torch.long)
+        grids = [tuple(g) for g in image_grids.tolist()]
+        if len(grids) != num_images:
+            raise ValueError(f"image_grids has {len(grids)} rows for {num_images} images in pixel_values")
+        tiles_needed = sum(i * j for i, j in grids)
+        tiles_given = 0 if pixel_values_local is None else pixel_values_local.shape[0]
+        if tiles_needed != tiles_given:
+            raise ValueError(
+                f"image_grids asks for {tiles_needed} tiles but pixel_values_local holds {tiles_given}"
+            )
+        global_features = self.encode_views(pixel_values)
+        local_features = (
+            self.encode_views(_check_pixels(pixel_values_local, "pixel_values_local", self.dtype))
+            if tiles_needed
+            else None
+        )
+        sequences, first_tile = [], 0
+        for k, (cols, rows) in enumerate(grids):
+            parts = []
+            if cols * rows:
+                tiles = local_features[first_tile : first_tile + cols * rows]
+                first_tile += cols * rows
+                parts.append(self._grid_with_newlines(tiles, cols, rows))
+            parts.append(self._grid_with_newlines(global_features[k : k + 1], 1, 1))
+            parts.append(self.view_seperator[None].to(global_features.dtype))
+            sequences.append(torch.cat(parts, dim=0))
+        return sequences
+
+    def _grid_with_newlines(self, views: torch.Tensor, cols: int, rows: int) -> torch.Tensor:
+        """Arrange ``rows x cols`` square feature maps as one big grid, a newline vector after each row."""
+        side = int(round(views.shape[1] ** 0.5))
+        dim = views.shape[-1]
+        grid = (
+            views.view(rows, cols, side, side, dim)
+            .permute(0, 2, 1, 3, 4)
+            .reshape(rows * side, cols * side, dim)
+        )
+        newline = self.image_newline.to(grid.dtype).expand(rows * side, 1, dim)
+        return torch.cat([grid, newline], dim=1).reshape(-1, dim)
+
+    def merge_image_features(
+        self, input_ids: torch.Tensor, inputs_embeds: torch.Tensor, features: list[torch.Tensor]
+    ) -> torch.Tensor:
+        placeholder = input_ids == self.config.image_token_id
+        expected = sum(f.shape[0] for f in features)
+        found = int(placeholder.sum())
+        if found != expected:
+            raise ValueError(
+                f"the prompt holds {found} image placeholder tokens but the images give {expected} visual "
+                "vectors; build inputs with the processor so that each <image> is expanded to its count"
+            )
+        visual = torch.cat(features, dim=0).to(inputs_embeds.dtype)
+        return inputs_embeds.masked_scatter(placeholder[..., None], visual)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        pixel_values_local: torch.Tensor | None = None,
+        image_grids: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> JinaOCRModelOutput:
+        cache = resolve_cache(cache, past_key_values)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = DynamicCache()
+        past_length = cache.get_seq_length() if cache is not None else 0
+        # Images are encoded once, on the forward that starts the sequence; later decode steps may
+        # still carry the pixel inputs (older releases do not drop them) and ignore them.
+        if pixel_values is not None and past_length == 0:
+            if input_ids is None:
+                raise ValueError("images need input_ids to find their <image> placeholders")
+            features = self.get_image_features(pixel_values, pixel_values_local, image_grids)
+            inputs_embeds = self.merge_image_features(input_ids, inputs_embeds, features)
+
+        query_length = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = positions_from_mask(
+                attention_mask, query_length, past_length, inputs_embeds.device
+            )
+        mask = decoder_attention_mask(
+            attention_mask,
+            query_length,
+            past_length,
+            inputs_embeds.dtype,
+            inputs_embeds.device,
+            self.config._attn_implementation,
+        )
+        rope = rotary_embedding(
+            position_ids, self.config.decoder_head_dim, self.config.rope_theta, inputs_embeds.dtype
+        )
+        hidden = inputs_embeds
+        for layer in self.layers:
+            hidden = layer(hidden, rope, mask, cache)
+        return with_cache(
+            JinaOCRModelOutput,
+            cache if use_cache else None,
+            last_hidden_state=self.norm(hidden),
+            pre_norm_hidden_state=hidden,
+        )
+
+
+def _check_pixels(pixels: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """Views must be float (B, 3, S, S) with S a multiple of 64; other float dtypes are cast."""
+    if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4 or pixels.shape[1] != 3:
+        shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
+        raise ValueError(f"{name} must be a (N, 3, S, S) tensor of normalised views, got {shape}")
+    if not pixels.is_floating_point():
+        raise TypeError(
+            f"{name} has dtype {pixels.dtype}; the model takes normalised floating-point pixels "
+            "(use the processor, which scales uint8 images to [-1, 1])"
+        )
+    if pixels.shape[2] != pixels.shape[3] or pixels.shape[2] % 64:
+        raise ValueError(
+            f"{name} views must be square with a side divisible by 64, got {tuple(pixels.shape[2:])}"
+        )
+    return pixels.to(dtype)
+
+
+class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
+    """The OCR model with its LM head and, when the config has one, the FastMTP head."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__(config)
+        self.model = JinaOCRModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.num_nextn_predict_layers:
+            self.mtp_module = JinaOCRMTPModule(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM-head logits in at least float32 (shared by the main model and the FastMTP head)."""
+        return self.lm_head(hidden).to(_compute_dtype(hidden.dtype))
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        pixel_values_local: torch.Tensor | None = None,
+        image_grids: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> JinaOCRCausalLMOutput:
+        """``labels`` follow the causal-LM convention (shifted inside; -100 is ignored)."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=resolve_cache(cache, past_key_values),
+            inputs_embeds=inputs_embeds,
+            pixel_values=pixel_values,
+            pixel_values_local=pixel_values_local,
+            image_grids=image_grids,
+            use_cache=use_cache,
+        )
+        hidden = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.logits(hidden[:, keep])
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                labels[:, 1:].reshape(-1).to(logits.device),
+                ignore_index=-100,
+            )
+        return with_cache(
+            JinaOCRCausalLMOutput,
+            output_cache(outputs),
+            loss=loss,
+            logits=logits,
+            last_hidden_state=hidden,
+            pre_norm_hidden_state=outputs.pre_norm_hidden_state,
+        )

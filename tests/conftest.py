@@ -1,0 +1,25 @@
+"""Shared fixtures: paths to the shared real-world fixtures and one tiny exported model per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"the shared fixtures are missing: expected them at {FIXTURES}")
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory) -> Path:
+    """A tiny random-weight Hub folder (code, config, weights, tokenizer, processor), exported once."""
+    from jina_ocr.export.presets import export_random
+
+    return export_random(tmp_path_factory.mktemp("tiny") / "jina-ocr-tiny", preset="tiny", seed=0)
