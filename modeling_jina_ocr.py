@@ -195,11 +195,12 @@ class SAMEncoder(nn.Module):
         self.net_3 = nn.Conv2d(mid, last, kernel_size=3, stride=2, padding=1, bias=False)
 
     def position_embedding(self, height: int, width: int) -> torch.Tensor:
-        """The learned grid, resized bicubic with antialias in float32 when the input grid differs."""
+        """The learned grid, resized bicubic with antialias in float32 (as the reference does, whatever
+        the model's dtype) when the input grid differs."""
         pos = self.pos_embed
         if pos.shape[1:3] == (height, width):
             return pos
-        grid = pos.permute(0, 3, 1, 2).to(_compute_dtype(pos.dtype))
+        grid = pos.permute(0, 3, 1, 2).float()
         grid = F.interpolate(grid, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
         return grid.permute(0, 2, 3, 1).to(pos.dtype)
 
@@ -239,7 +240,7 @@ class CLIPEmbeddings(nn.Module):
         if (height, width) == (self.grid, self.grid):
             return table
         dtype = table.dtype
-        grid = table[1:].T.reshape(1, -1, self.grid, self.grid).to(_compute_dtype(dtype))
+        grid = table[1:].T.reshape(1, -1, self.grid, self.grid).float()
         grid = F.interpolate(grid, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
         return torch.cat([table[:1], grid.flatten(2)[0].T.to(dtype)], dim=0)
 

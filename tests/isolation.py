@@ -1,0 +1,42 @@
+"""Run code the way a Hub user does: a fresh interpreter that cannot import this repository's tools.
+
+An import hook makes ``jina_ocr`` and PyMuPDF unimportable and the repository is kept off
+``sys.path``, so the exported folder must stand on its own with ``trust_remote_code=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+_GUARD = """
+import importlib.abc, sys
+class _HubUserFinder(importlib.abc.MetaPathFinder):
+    BLOCKED = ("jina_ocr", "fitz", "pymupdf")
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.BLOCKED:
+            raise ModuleNotFoundError(f"{name} is not installed for a Hub user", name=name)
+        return None
+sys.meta_path.insert(0, _HubUserFinder())
+_repo = __REPO__
+sys.path[:] = [p for p in sys.path if p and not p.startswith(_repo)]
+"""
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_as_hub_user(code: str, cwd: Path, *args: str, timeout: float = 300, python: str = sys.executable):
+    """Run ``code`` (its ``sys.argv[1:]`` are ``args``) and return the completed process; raises with
+    the child's output when it fails."""
+    script = _GUARD.replace("__REPO__", repr(str(REPO_ROOT))) + textwrap.dedent(code)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run(
+        [python, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"the clean process failed:\n{result.stdout}\n{result.stderr}")
+    return result
