@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from small_config import IMAGE, SMALL
 
+from jina_ocr.remote_code.compat_jina_ocr import output_cache
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
@@ -287,7 +288,7 @@ def test_cached_incremental_decoding_matches_full_forward(model):
         prompt_len = ids.shape[1] - 5
         out = model(input_ids=ids[:, :prompt_len], pixel_values=view, use_cache=True)
         steps = [out.logits[:, -1]]
-        cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+        cache = output_cache(out)
         for t in range(prompt_len, ids.shape[1]):
             out = model(input_ids=ids[:, t : t + 1], pixel_values=view, cache=cache, use_cache=True)
             steps.append(out.logits[:, -1])

@@ -58,6 +58,7 @@ def export_random(
     seed: int = 0,
     weights: bool = True,
     dtype: torch.dtype | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write a random-weight Hub folder for ``preset`` and return its path.
 
@@ -88,4 +89,4 @@ def export_random(
         torch.manual_seed(seed)
         dtype = dtype or (torch.bfloat16 if preset == "full" else torch.float32)
         model = JinaOCRForConditionalGeneration(config).to(dtype).eval()
-    return export_folder(out_dir, config=config, model=model, tokenizer=tokenizer)
+    return export_folder(out_dir, config=config, model=model, tokenizer=tokenizer, overwrite=overwrite)

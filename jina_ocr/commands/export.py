@@ -1,0 +1,51 @@
+"""``jina-ocr export``: write a Hub folder (flat remote code, config, weights, tokenizer, processor).
+
+Three sources: ``--random --preset tiny|full`` (random weights, for tests and benchmarks), ``--from
+DIR`` (a checkpoint folder laid out like deepseek-ai/DeepSeek-OCR or jinaai/jina-ocr-v1, converted to
+our code), and ``--no-weights`` with either, which writes everything but the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jina_ocr.errors import UserError
+
+NAME = "export"
+HELP = "Write a Hub folder that loads with trust_remote_code=True."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", type=Path, help="folder to write (new or empty)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--random", action="store_true", help="random weights of a preset size")
+    source.add_argument("--from", dest="source", type=Path, help="a checkpoint folder to convert")
+    parser.add_argument(
+        "--preset", default="tiny", help="with --random: tiny (seconds on CPU) or full (3.34 B)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="with --random: the weights' seed")
+    parser.add_argument("--no-weights", action="store_true", help="write config, code and processor only")
+    parser.add_argument("--overwrite", action="store_true", help="replace the folder if it is not empty")
+
+
+def run(args: argparse.Namespace) -> int:
+    from jina_ocr.export.folder import export_folder
+    from jina_ocr.export.presets import export_random
+    from jina_ocr.export.source import load_source
+
+    if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
+        raise UserError(f"{args.out} exists and is not empty; pass --overwrite to replace it")
+    if args.random:
+        out = export_random(
+            args.out, preset=args.preset, seed=args.seed, weights=not args.no_weights, overwrite=True
+        )
+    else:
+        source = load_source(args.source, weights=not args.no_weights)
+        for note in source.notes:
+            print(note)
+        out = export_folder(
+            args.out, config=source.config, model=source.model, tokenizer=source.tokenizer, overwrite=True
+        )
+    print(f"wrote {out}")
+    return 0
