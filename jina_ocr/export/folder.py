@@ -86,7 +86,10 @@ def _relative_imports(path: Path) -> list[str]:
 
 
 def _check_auto_map(folder: Path, config_path: Path, shipped: set[str]) -> None:
-    auto_map = json.loads(config_path.read_text(encoding="utf-8")).get("auto_map", {})
+    data = json.loads(config_path.read_text(encoding="utf-8"))
+    auto_map = dict(data.get("auto_map", {}))
+    for task, spec in data.get("custom_pipelines", {}).items():
+        auto_map[f"custom pipeline {task}"] = spec.get("impl")
     for auto_class, targets in auto_map.items():
         for target in targets if isinstance(targets, list) else [targets]:
             if target is None:
