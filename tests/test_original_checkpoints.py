@@ -94,6 +94,7 @@ def test_export_from_original_checkpoint_gives_a_folder_with_our_code(tmp_path, 
         == "modeling_jina_ocr.JinaOCRForConditionalGeneration"
     )
     assert "language_config" not in config and config["num_nextn_predict_layers"] == 0
+    assert "license: cc-by-nc-4.0" in (tmp_path / "out" / "README.md").read_text()  # jina-ocr-v1's weights
     from transformers import AutoModelForImageTextToText
 
     loaded = AutoModelForImageTextToText.from_pretrained(tmp_path / "out", trust_remote_code=True).eval()

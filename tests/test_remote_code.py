@@ -75,3 +75,12 @@ def test_export_ships_flat_code_and_every_auto_class(tiny_export):
     assert {"configuration_jina_ocr.py", "modeling_jina_ocr.py", "compat_jina_ocr.py"} <= shipped
     assert "__init__.py" not in shipped
     assert not [p for p in tiny_export.iterdir() if p.is_dir()]
+
+
+def test_model_card_front_matter_and_lfs_rules(tiny_export):
+    card = (tiny_export / "README.md").read_text()
+    front = card.split("---")[1]
+    assert "license: apache-2.0" in front and "pipeline_tag: image-to-text" in front
+    assert "library_name: transformers" in front
+    assert "random weights" in card and "__" not in card
+    assert "*.safetensors filter=lfs" in (tiny_export / ".gitattributes").read_text()

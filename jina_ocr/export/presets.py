@@ -89,4 +89,15 @@ def export_random(
         torch.manual_seed(seed)
         dtype = dtype or (torch.bfloat16 if preset == "full" else torch.float32)
         model = JinaOCRForConditionalGeneration(config).to(dtype).eval()
-    return export_folder(out_dir, config=config, model=model, tokenizer=tokenizer, overwrite=overwrite)
+    card = {
+        "card_license": "apache-2.0",
+        "card_title": f"jina-ocr random-weight export ({preset} preset)",
+        "card_notice": (
+            f"**These are random weights** of the jina-ocr-v1 architecture at the `{preset}` size, made with "
+            f"`jina-ocr export --random --preset {preset} --seed {seed}` for tests and benchmarks: the code "
+            "runs end to end, but its Markdown output is meaningless. The text below describes jina-ocr-v1."
+        ),
+    }
+    return export_folder(
+        out_dir, config=config, model=model, tokenizer=tokenizer, overwrite=overwrite, **card
+    )

@@ -1,0 +1,57 @@
+"""``generation_config.json``: greedy, 4096 new tokens, FastMTP on when the checkpoint has a head, and
+the loop guard on (SPEC sections 5 and 6).
+
+``save_pretrained`` of the weights part writes a generation config derived from the model config
+(``"_from_model_config": true``), and on load such a file silently drops custom keys; this part
+replaces it with one built explicitly, so ``mtp_num_speculative_steps`` and the loop-guard keys
+survive the round trip.
+"""
+
+from __future__ import annotations
+
+from transformers import GenerationConfig
+
+from jina_ocr.export.registry import ExportContext, contribution
+from jina_ocr.remote_code.generation.settings import (
+    DEFAULT_MAX_NEW_TOKENS,
+    EXEMPT_TOKENS,
+    LOOP_GUARD_EXEMPT_KEY,
+    LOOP_GUARD_NGRAM_KEY,
+    LOOP_GUARD_NGRAM_SIZE,
+    LOOP_GUARD_WINDOW,
+    LOOP_GUARD_WINDOW_KEY,
+    REAL_EXEMPT_TOKEN_IDS,
+    REAL_VOCAB_SIZE,
+    STEPS_KEY,
+)
+
+
+def exempt_token_ids(config, tokenizer) -> list[int]:
+    """Ids of ``<td>`` and ``</td>``: from the shipped tokenizer, else the real vocabulary's ids."""
+    if tokenizer is not None:
+        ids = [tokenizer.convert_tokens_to_ids(token) for token in EXEMPT_TOKENS]
+        return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
+    return list(REAL_EXEMPT_TOKEN_IDS) if config.vocab_size == REAL_VOCAB_SIZE else []
+
+
+def build_generation_config(config, tokenizer=None) -> GenerationConfig:
+    return GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
+        use_mtp=bool(config.num_nextn_predict_layers),
+        **{
+            STEPS_KEY: config.mtp_num_speculative_steps,
+            LOOP_GUARD_NGRAM_KEY: LOOP_GUARD_NGRAM_SIZE,
+            LOOP_GUARD_WINDOW_KEY: LOOP_GUARD_WINDOW,
+            LOOP_GUARD_EXEMPT_KEY: exempt_token_ids(config, tokenizer),
+        },
+    )
+
+
+@contribution("generation_config", order=50)
+def write_generation_config(ctx: ExportContext) -> None:
+    build_generation_config(ctx.config, ctx.tokenizer).save_pretrained(ctx.out_dir)
