@@ -1,0 +1,143 @@
+"""Reference OCR systems run on the benchmark's own pages: Tesseract and RapidOCR.
+
+Scores mean little without points of comparison, so the scorer can OCR the same PDF pages with
+two classic engines that install offline: Tesseract (Debian's ``tesseract-ocr``) and RapidOCR
+(the ``rapidocr`` wheel, which ships its ONNX models). Both produce plain text, so they show
+what reading the words alone is worth on each test type; neither writes tables or LaTeX.
+Their outputs are written in the olmOCR-Bench layout and scored like any other system.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+
+PEERS = ("tesseract", "rapidocr")
+# 200 dpi is a common scanning resolution and what Tesseract's documentation recommends as a minimum
+# for body text of ordinary size; both engines get the same image.
+DPI = 200
+
+
+def unavailable(name: str) -> str | None:
+    """Why this peer cannot run here (a missing program or package), or None when it can."""
+    if name == "tesseract":
+        if shutil.which("tesseract") is None:
+            return "the tesseract program is not installed (Debian: apt-get install tesseract-ocr)"
+        return None
+    if name == "rapidocr":
+        try:
+            import rapidocr  # noqa: F401
+        except ImportError:
+            return "the rapidocr package is not installed (pip install rapidocr onnxruntime)"
+        return None
+    raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+
+
+def render_page(pdf: Path, page: int, dpi: int = DPI):
+    """One PDF page (1-based) as an RGB PIL image."""
+    import pymupdf
+    from PIL import Image
+
+    with pymupdf.open(pdf) as doc:
+        if not 1 <= page <= doc.page_count:
+            raise ValueError(f"{pdf}: page {page} does not exist (the PDF has {doc.page_count})")
+        pix = doc[page - 1].get_pixmap(dpi=dpi, alpha=False)
+        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+
+
+def tesseract_text(image, language: str = "eng") -> str:
+    """Tesseract's text for an image (automatic page segmentation, which handles columns)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    done = subprocess.run(
+        ["tesseract", "stdin", "stdout", "-l", language],
+        input=buffer.getvalue(),
+        capture_output=True,
+        check=False,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"tesseract failed: {done.stderr.decode(errors='replace')[-300:]}")
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+_RAPIDOCR = None
+
+
+def _rapidocr_engine():
+    global _RAPIDOCR
+    if _RAPIDOCR is None:
+        import logging
+
+        from rapidocr import RapidOCR
+
+        _RAPIDOCR = RapidOCR()
+        # The engine logs every model file it opens at INFO; keep the scorer's output readable.
+        logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+    return _RAPIDOCR
+
+
+def rapidocr_text(image) -> str:
+    """RapidOCR's text lines for an image, in reading order (see :func:`reading_order`)."""
+    import numpy as np
+
+    result = _rapidocr_engine()(np.asarray(image))
+    if result.boxes is None or not result.txts:
+        return ""
+    items = []
+    for box, text in zip(result.boxes, result.txts, strict=True):
+        xs = [float(point[0]) for point in box]
+        ys = [float(point[1]) for point in box]
+        items.append((min(xs), min(ys), max(xs), max(ys), text))
+    return "\n".join(item[4] for item in reading_order(items)) + "\n"
+
+
+def reading_order(items: list[tuple[float, float, float, float, str]]) -> list[tuple]:
+    """Order text boxes ``(x0, y0, x1, y1, text)`` by recursive XY-cut.
+
+    The boxes are split at the widest empty horizontal or vertical band between them, and each
+    side is ordered the same way (top before bottom, left before right). A column gutter is wider
+    than the space between lines, so a two-column page is read column by column, not line by line
+    across both columns, as a plain top-to-bottom sort would.
+    """
+    if len(items) <= 1:
+        return list(items)
+    best = None  # (gap, axis, split position)
+    for axis in (1, 0):  # horizontal cut first on ties
+        lo, hi = axis, axis + 2
+        ordered = sorted(items, key=lambda item: item[lo])
+        reach = ordered[0][hi]
+        for item in ordered[1:]:
+            gap = item[lo] - reach
+            if gap > 0 and (best is None or gap > best[0]):
+                best = (gap, axis, item[lo])
+            reach = max(reach, item[hi])
+    if best is None:
+        return sorted(items, key=lambda item: ((item[1] + item[3]) / 2, item[0]))
+    _, axis, cut = best
+    first = [item for item in items if item[axis] < cut]
+    second = [item for item in items if item[axis] >= cut]
+    return reading_order(first) + reading_order(second)
+
+
+def run_peer(name: str, tests: list[dict], pdf_root: Path, out_dir: Path, dpi: int = DPI) -> Path:
+    """OCR every page the tests refer to with one peer, writing ``{stem}_pg{page}_repeat1.md`` files.
+
+    Returns the folder of outputs (``out_dir / name``), ready for :func:`scoring.score_outputs`.
+    """
+    reason = unavailable(name)
+    if reason:
+        raise RuntimeError(f"{name}: {reason}")
+    ocr = tesseract_text if name == "tesseract" else rapidocr_text
+    target = Path(out_dir) / name
+    for pdf, page in dict.fromkeys((t["pdf"], t.get("page", 1)) for t in tests):
+        source = Path(pdf_root) / pdf
+        if not source.is_file():
+            raise FileNotFoundError(f"{source}: PDF named by the tests is missing")
+        rel = Path(pdf)
+        destination = target / rel.parent / f"{rel.stem}_pg{page}_repeat1.md"
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_text(ocr(render_page(source, page, dpi)), encoding="utf-8")
+    return target
