@@ -28,14 +28,32 @@ sys.path[:] = [p for p in sys.path if p and not p.startswith(_repo)]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_as_hub_user(code: str, cwd: Path, *args: str, timeout: float = 300, python: str = sys.executable):
+def run_as_hub_user(
+    code: str,
+    cwd: Path,
+    *args: str,
+    timeout: float = 300,
+    python: str = sys.executable,
+    env: dict[str, str | None] | None = None,
+):
     """Run ``code`` (its ``sys.argv[1:]`` are ``args``) and return the completed process; raises with
-    the child's output when it fails."""
+    the child's output when it fails.
+
+    The child is offline unless ``env`` says otherwise: its entries are set on top of the defaults, and
+    an entry whose value is None removes that variable (``{"HF_HUB_OFFLINE": None}`` lets the child
+    download from ``HF_ENDPOINT``)."""
     script = _GUARD.replace("__REPO__", repr(str(REPO_ROOT))) + textwrap.dedent(code)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child_env.update(
+        HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false"
+    )
+    for name, value in (env or {}).items():
+        if value is None:
+            child_env.pop(name, None)
+        else:
+            child_env[name] = value
     result = subprocess.run(
-        [python, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [python, "-c", script, *args], cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout
     )
     if result.returncode != 0:
         raise AssertionError(f"the clean process failed:\n{result.stdout}\n{result.stderr}")

@@ -91,3 +91,11 @@ def test_standard_image_text_to_text_pipeline(tiny_export, loaded):
         return_full_text=False,
     )
     assert [r[0]["generated_text"] for r in batch] == [direct(*loaded, image), direct(*loaded, pages()[0])]
+
+
+def test_ocr_pipeline_from_a_loaded_model(loaded):
+    model, processor = loaded
+    pipe = model.ocr_pipeline(processor)
+    assert type(pipe).__name__ == "JinaOCRPipeline"
+    image = pages()[0]
+    assert pipe(image, generate_kwargs=GENERATE) == [{"generated_text": direct(model, processor, image)}]
