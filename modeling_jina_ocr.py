@@ -32,6 +32,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .compat_jina_ocr import check_transformers_version, output_cache, resolve_cache, with_cache
 from .configuration_jina_ocr import JinaOCRConfig
+from .generation.dispatch import generate as fastmtp_generate
+from .generation.hooks import install as install_generation_hooks
 
 check_transformers_version()
 
@@ -545,11 +547,14 @@ def positions_from_mask(
 
 
 class JinaOCRMTPHead(nn.Module):
-    """One FastMTP draft step: ``x = block(eh_proj([enorm(e_j) ; hnorm(h_{j-1})]))``.
+    """One FastMTP draft step: ``x = block(eh_proj([enorm(e(x_{j+1})) ; hnorm(h_j)]))`` predicts x_{j+2}.
 
     The embedding, the final norm and the LM head are shared with the main model, so the caller passes
-    ``embeddings`` (of the token at position j) and applies ``model.norm`` and ``lm_head`` to the output.
-    The block is one dense decoder layer with a KV cache of its own (layer index 0 of that cache).
+    ``embeddings`` (of the token x_{j+1}) and applies ``model.norm`` and ``lm_head`` to the output.
+    ``position_ids`` are those of the main-model states h_j, vLLM's convention for its MTP drafters;
+    so the entry at rotary position 0 pairs the second token with the first state, and its embedding
+    is zeroed as vLLM does. The block is one dense decoder layer with a KV cache of its own (layer
+    index 0 of that cache).
     """
 
     def __init__(self, config: JinaOCRConfig):
@@ -569,7 +574,7 @@ class JinaOCRMTPHead(nn.Module):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Returns the block's output before the shared final norm, shape (B, q, hidden)."""
-        # The first token of a sequence has no preceding hidden state; vLLM zeroes its embedding.
+        # vLLM zeroes the embedding of the entry at rotary position 0; matching it keeps heads portable.
         embeddings = embeddings.masked_fill((position_ids == 0)[..., None], 0.0)
         x = self.eh_proj(torch.cat([self.enorm(embeddings), self.hnorm(hidden)], dim=-1))
         past = cache.get_seq_length() if cache is not None else 0
@@ -822,8 +827,12 @@ def _check_pixels(pixels: torch.Tensor, name: str, dtype: torch.dtype) -> torch.
     return pixels.to(dtype)
 
 
+@install_generation_hooks
 class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
     """The OCR model with its LM head and, when the config has one, the FastMTP head."""
+
+    # Statistics of the last generate() call that used FastMTP (see generation/fastmtp.py); None otherwise.
+    fastmtp_stats: dict | None = None
 
     def __init__(self, config: JinaOCRConfig):
         super().__init__(config)
@@ -844,6 +853,21 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
+
+    def ocr_pipeline(self, processor=None, **kwargs):
+        """This model as the OCR pipeline shipped with it (page or PDF page in, Markdown out).
+
+        Equivalent to ``pipeline("image-to-text", model=..., trust_remote_code=True)`` for a model you
+        already hold; ``processor`` defaults to the one saved beside the weights. Importing the
+        pipeline module here also makes ``save_pretrained``/``push_to_hub`` ship it with the code.
+        """
+        from .pipeline_jina_ocr import JinaOCRPipeline
+
+        if processor is None:
+            from transformers import AutoProcessor
+
+            processor = AutoProcessor.from_pretrained(self.name_or_path, trust_remote_code=True)
+        return JinaOCRPipeline(model=self, processor=processor, **kwargs)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM-head logits in at least float32 (shared by the main model and the FastMTP head)."""
@@ -894,4 +918,31 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             logits=logits,
             last_hidden_state=hidden,
             pre_norm_hidden_state=outputs.pre_norm_hidden_state,
+        )
+
+    def generate(
+        self,
+        inputs=None,
+        generation_config=None,
+        logits_processor=None,
+        stopping_criteria=None,
+        streamer=None,
+        **kwargs,
+    ):
+        """``GenerationMixin.generate`` plus FastMTP and the loop guard (generation/dispatch.py).
+
+        Extra options, each defaulting to ``generation_config.json``: ``use_mtp`` (FastMTP on or off),
+        ``mtp_num_speculative_steps`` (1..K drafts per step), ``loop_guard_ngram_size`` (0 turns the
+        no-repeat guard off), ``loop_guard_window``, ``loop_guard_exempt_token_ids``. After a FastMTP
+        call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
+        """
+        return fastmtp_generate(
+            self,
+            super().generate,
+            inputs,
+            generation_config=generation_config,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            streamer=streamer,
+            **kwargs,
         )

@@ -1,0 +1,179 @@
+"""``model.generate`` with FastMTP and the loop guard: resolves the options of one call and picks the loop.
+
+- ``use_mtp`` (the library's own GenerationConfig field) turns FastMTP on or off; its default comes
+  from ``generation_config.json`` (on when the checkpoint has a head). ``mtp_num_speculative_steps``
+  sets K for a call (1..the config's K).
+- At batch size 1 FastMTP runs inside the library's assisted-decoding loop (streamers, stopping
+  criteria and logits processors work as usual); for larger batches our batched loop runs.
+- FastMTP is greedy. When the default configuration turns it on but a call asks for sampling or beam
+  search, that call decodes without it; asking for both explicitly is an error.
+- The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
+  decoding apply it identically.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from transformers.generation import LogitsProcessorList
+
+from .batched import _FORWARD_INPUTS, check_batched_options, generate_batched
+from .fastmtp import FastMTPStats
+from .loop_guard import SlidingWindowNoRepeatNGram
+from .settings import LOOP_GUARD_EXEMPT_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, STEPS_KEY
+
+
+@dataclass
+class FastMTPCall:
+    """What the candidate-generator hook needs from the ``generate`` call that is running."""
+
+    steps: int
+    stats: FastMTPStats
+
+
+def _option(call: dict, config, key: str):
+    return call[key] if key in call else getattr(config, key, None)
+
+
+def _resolve_steps(model, requested) -> int:
+    most = model.config.mtp_num_speculative_steps
+    steps = most if requested is None else requested
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= most:
+        raise ValueError(
+            f"mtp_num_speculative_steps must be an integer from 1 to {most} (the head was trained for "
+            f"{most} recursive steps), got {requested!r}"
+        )
+    return steps
+
+
+def build_loop_guard(call: dict, config, prompt_length: int) -> SlidingWindowNoRepeatNGram | None:
+    """The loop guard of this call, or None when ``loop_guard_ngram_size`` is 0 or unset."""
+    ngram = _option(call, config, LOOP_GUARD_NGRAM_KEY)
+    if not ngram:
+        return None
+    window = _option(call, config, LOOP_GUARD_WINDOW_KEY)
+    if window is None:
+        raise ValueError(f"{LOOP_GUARD_NGRAM_KEY} is set but {LOOP_GUARD_WINDOW_KEY} is not")
+    exempt = _option(call, config, LOOP_GUARD_EXEMPT_KEY) or ()
+    return SlidingWindowNoRepeatNGram(ngram, window, prompt_length, exempt)
+
+
+def _eos_ids(generation_config, model_config) -> list[int]:
+    eos = generation_config.eos_token_id
+    eos = model_config.eos_token_id if eos is None else eos
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def generate(
+    model,
+    library_generate,
+    inputs: torch.Tensor | None = None,
+    generation_config=None,
+    logits_processor=None,
+    stopping_criteria=None,
+    streamer=None,
+    **kwargs,
+):
+    """Run one ``generate`` call; ``library_generate`` is GenerationMixin.generate bound to ``model``."""
+    model.fastmtp_stats = None
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    if generation_config is not None:  # unset values fall back to the model's file, as in the library
+        config.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
+    call = {
+        key: kwargs.pop(key)
+        for key in (STEPS_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, LOOP_GUARD_EXEMPT_KEY)
+        if key in kwargs
+    }
+    explicit_mtp = kwargs.pop("use_mtp", None)
+    model_kwargs = config.update(**kwargs)
+
+    greedy = not config.do_sample and (config.num_beams or 1) == 1
+    use_mtp = bool(config.use_mtp) if explicit_mtp is None else bool(explicit_mtp)
+    if use_mtp and not greedy:
+        if explicit_mtp:
+            raise ValueError(
+                "use_mtp=True is greedy speculative decoding; it cannot be combined with do_sample=True or "
+                "num_beams > 1"
+            )
+        use_mtp = False
+    if use_mtp and not getattr(model.config, "num_nextn_predict_layers", 0):
+        raise ValueError(
+            "use_mtp=True needs a checkpoint with a FastMTP head (num_nextn_predict_layers = 1); this model "
+            "has none, so generate with use_mtp=False"
+        )
+    steps = _resolve_steps(model, _option(call, config, STEPS_KEY)) if use_mtp else None
+    config.use_mtp = use_mtp
+
+    input_ids = inputs if inputs is not None else model_kwargs.get("input_ids")
+    prompt_length = input_ids.shape[1] if input_ids is not None else 0
+    processors = LogitsProcessorList(logits_processor or [])
+    guard = build_loop_guard(call, config, prompt_length)
+    if guard is not None:
+        processors.append(guard)
+
+    batch = input_ids.shape[0] if input_ids is not None else 1
+    if use_mtp and batch > 1:
+        return _generate_batch(
+            model,
+            config,
+            input_ids,
+            model_kwargs,
+            steps,
+            guard,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            streamer=streamer,
+        )
+
+    run = FastMTPCall(steps, FastMTPStats(steps, 1)) if use_mtp else None
+    model._fastmtp_call = run
+    try:
+        output = library_generate(
+            inputs,
+            generation_config=config,
+            logits_processor=processors,
+            stopping_criteria=stopping_criteria,
+            streamer=streamer,
+            **model_kwargs,
+        )
+    finally:
+        model._fastmtp_call = None
+    if run is not None:
+        model.fastmtp_stats = run.stats.as_dict()
+    return output
+
+
+def _generate_batch(model, config, input_ids, model_kwargs, steps, guard, **call_options):
+    model_kwargs = dict(model_kwargs)
+    model_kwargs.pop("input_ids", None)
+    attention_mask = model_kwargs.pop("attention_mask", None)
+    check_batched_options(config, model_kwargs, **call_options)
+    prompt_length = input_ids.shape[1]
+    if config.max_new_tokens is not None:
+        budget = config.max_new_tokens
+    else:
+        budget = (config.max_length or 20) - prompt_length
+    if budget < 1:
+        raise ValueError(
+            f"nothing to generate: the prompt has {prompt_length} tokens and max_length is {config.max_length}"
+        )
+    eos = _eos_ids(config, model.config)
+    pad = config.pad_token_id
+    pad = (eos[0] if eos else model.config.pad_token_id) if pad is None else pad
+    stats = FastMTPStats(steps, input_ids.shape[0])
+    output = generate_batched(
+        model,
+        input_ids,
+        attention_mask,
+        {key: model_kwargs[key] for key in _FORWARD_INPUTS if key in model_kwargs},
+        steps=steps,
+        max_new_tokens=budget,
+        eos_token_ids=eos,
+        pad_token_id=pad,
+        loop_guard=guard,
+        stats=stats,
+    )
+    model.fastmtp_stats = stats.as_dict()
+    return output

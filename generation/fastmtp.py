@@ -1,0 +1,252 @@
+"""FastMTP drafting: one dense draft block applied recursively, with a KV cache of its own.
+
+Pairing (EAGLE style, SPEC section 6): a head entry combines the token at position j+1 with the main
+model's state at position j and predicts the token at j+2. Its rotary position is j, the position of
+the state it reads, as in vLLM's MTP drafters; attention is relative, so this convention only decides
+which entry the head's "embedding zeroed at position 0" rule hits, and it hits the same one as vLLM:
+the first pair of the sequence.
+
+One drafting step for a sequence whose newest committed token is x_n and whose main states are known
+up to h_{n-1}:
+
+1. the head consumes every pair it has not seen yet, (x_{j+1}, h_j) for the states the last main
+   forward made valid; the last of them, (x_n, h_{n-1}), gives draft 1;
+2. drafts 2..K are recursive: the previous draft's token goes with a state of the head itself
+   (``mtp_feedback_hidden``) one position further;
+3. after verification the recursive entries are removed again (``rollback``): the head cache then
+   holds exactly one entry per committed pair built from a main-model state, so the next step's
+   accepted tokens are re-read with the main model's states, never with the head's own guesses.
+
+``FastMTPDrafter`` is shared by the library's assisted-decoding loop at batch size 1
+(``FastMTPCandidateGenerator``) and by our batched loop (``batched.py``). Rows of a batch may own a
+different number of new pairs; the pairs are padded to a common width and the padding is masked in
+the head's attention mask, so every row's cache stays consistent ("holes" are never attended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+from transformers.generation import CandidateGenerator
+
+
+@dataclass
+class Pairs:
+    """New head inputs, (B, q) each: ``tokens`` x_{j+1}, ``hidden`` h_j (B, q, H), ``positions`` the
+    rotary position of h_j, ``valid`` 1 for a real pair and 0 for padding; ``last`` (B,) the index of
+    each row's newest real pair, which yields its first draft."""
+
+    tokens: torch.Tensor
+    hidden: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    last: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> Pairs:
+        return Pairs(*(t[rows] for t in (self.tokens, self.hidden, self.positions, self.valid, self.last)))
+
+
+def main_hidden(config, outputs) -> torch.Tensor:
+    """The main-model state draft step 1 reads, per ``mtp_first_hidden``."""
+    return (
+        outputs.last_hidden_state if config.mtp_first_hidden == "post_norm" else outputs.pre_norm_hidden_state
+    )
+
+
+class FastMTPDrafter:
+    """The FastMTP head's state across one ``generate`` call: its KV cache and the cache's 2-D mask."""
+
+    def __init__(self, model):
+        if not getattr(model.config, "num_nextn_predict_layers", 0):
+            raise ValueError(
+                "FastMTP needs a checkpoint with a draft head (num_nextn_predict_layers = 1); this model has "
+                "none, so generate with use_mtp=False"
+            )
+        self.model = model
+        self.head = model.mtp_module.heads[0]
+        self.feed_back_normed = model.config.mtp_feedback_hidden == "post_norm"
+        self.cache = DynamicCache()
+        self.mask: torch.Tensor | None = None
+        self.speculative = 0  # recursive entries at the end of the cache, removed by rollback()
+
+    def __len__(self) -> int:
+        return self.cache.get_seq_length()
+
+    def _step(self, tokens, hidden, positions, valid) -> torch.Tensor:
+        self.mask = valid if self.mask is None else torch.cat([self.mask, valid], dim=1)
+        embeddings = self.model.get_input_embeddings()(tokens)
+        return self.head(embeddings, hidden, positions, cache=self.cache, attention_mask=self.mask)
+
+    def draft(
+        self,
+        pairs: Pairs,
+        steps: int,
+        choose: Callable[[torch.Tensor, list[torch.Tensor]], torch.Tensor],
+        stop_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Consume ``pairs`` and return up to ``steps`` drafts per row, (B, <= steps).
+
+        ``choose(logits, drafts_so_far)`` turns the draft logits (B, V) into tokens (B,); callers apply
+        the same logits processors as verification does. Drafting stops early once every row's last
+        draft is in ``stop_ids`` (EOS): nothing after it can be committed.
+        """
+        out = self._step(pairs.tokens, pairs.hidden, pairs.positions, pairs.valid.to(pairs.tokens.dtype))
+        rows = torch.arange(out.shape[0], device=out.device)
+        state = out[rows, pairs.last]
+        position = pairs.positions[rows, pairs.last]
+        drafts: list[torch.Tensor] = []
+        norm = self.model.model.norm
+        while True:
+            normed = norm(state)
+            token = choose(self.model.logits(normed), drafts)
+            drafts.append(token)
+            if len(drafts) == steps or (stop_ids is not None and torch.isin(token, stop_ids).all()):
+                break
+            feedback = normed if self.feed_back_normed else state
+            position = position + 1
+            out = self._step(
+                token[:, None], feedback[:, None], position[:, None], torch.ones_like(token)[:, None]
+            )
+            self.speculative += 1
+            state = out[:, -1]
+        return torch.stack(drafts, dim=1)
+
+    def rollback(self) -> None:
+        """Drop the recursive entries: the cache keeps only pairs built from main-model states."""
+        if self.speculative:
+            self.cache.crop(-self.speculative)
+            self.mask = self.mask[:, : -self.speculative]
+            self.speculative = 0
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` of the batch (finished rows leave it)."""
+        self.cache.batch_select_indices(rows)
+        if self.mask is not None:
+            self.mask = self.mask[rows]
+
+
+@dataclass
+class FastMTPStats:
+    """Counts of one ``generate`` call; ``as_dict`` is what ``model.fastmtp_stats`` holds.
+
+    A verification step is one sequence checked by one main-model forward after the prefill (a batch
+    of B rows verifies B sequences per forward). Depth d counts as drafted when the step drafted at
+    least d tokens and as accepted when the main model agreed with drafts 1..d.
+    """
+
+    num_speculative_steps: int
+    batch_size: int
+    drafted: list[int] = field(init=False)
+    accepted: list[int] = field(init=False)
+    histogram: dict[int, int] = field(default_factory=dict)
+    forwards: int = 0
+
+    def __post_init__(self):
+        self.drafted = [0] * self.num_speculative_steps
+        self.accepted = [0] * self.num_speculative_steps
+
+    def record(self, drafted: int, accepted: int, committed: int) -> None:
+        for depth in range(drafted):
+            self.drafted[depth] += 1
+            self.accepted[depth] += depth < accepted
+        self.histogram[committed] = self.histogram.get(committed, 0) + 1
+
+    def as_dict(self) -> dict:
+        steps = sum(self.histogram.values())
+        committed = sum(count * n for n, count in self.histogram.items())
+        drafted, accepted = sum(self.drafted), sum(self.accepted)
+        return {
+            "num_speculative_steps": self.num_speculative_steps,
+            "batch_size": self.batch_size,
+            "verification_forwards": self.forwards,
+            "verification_steps": steps,
+            "drafted_per_depth": list(self.drafted),
+            "accepted_per_depth": list(self.accepted),
+            "acceptance_per_depth": [
+                a / d if d else 0.0 for a, d in zip(self.accepted, self.drafted, strict=True)
+            ],
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "committed_tokens": committed,
+            "committed_per_step": committed / steps if steps else 0.0,
+            "committed_histogram": dict(sorted(self.histogram.items())),
+        }
+
+
+def positions_and_valid(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> tuple:
+    """Rotary positions counted over real tokens, and the real-token mask, for ``length`` columns."""
+    if attention_mask is None:
+        positions = torch.arange(length, device=device).expand(batch, length)
+        return positions, torch.ones(batch, length, dtype=torch.long, device=device)
+    mask = attention_mask[:, :length].long()
+    return (mask.cumsum(-1) - 1).clamp(min=0), mask
+
+
+class FastMTPCandidateGenerator(CandidateGenerator):
+    """FastMTP inside the library's assisted-decoding loop (batch size 1).
+
+    The loop calls ``get_candidates`` with the outputs of its previous main-model forward (the prefill,
+    then each verification) and ``update_candidate_strategy`` after committing the accepted drafts
+    plus one token. The states our forward returns are all this needs, so no extra outputs are asked
+    for (``model_kwargs_overrides`` is empty).
+    """
+
+    requires_model_outputs = True
+    model_kwargs_overrides: dict = {}
+
+    def __init__(self, model, steps: int, generation_config, logits_processor, stats: FastMTPStats):
+        self.drafter = FastMTPDrafter(model)
+        self.config = model.config
+        self.steps = steps
+        self.max_length = generation_config.max_length
+        eos = generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        self.stop_ids = torch.tensor(eos, dtype=torch.long, device=model.device)
+        self.logits_processor = logits_processor
+        self.stats = stats
+        self.known = 0  # main-model states received so far (positions 0 .. known-1)
+        self.unread: torch.Tensor | None = None  # received states the head has not consumed yet
+        self.drafted = 0
+
+    def get_candidates(
+        self, input_ids: torch.LongTensor, model_kwargs=None, model_outputs=None, **kwargs
+    ) -> tuple[torch.LongTensor, None]:
+        self.drafted = 0
+        if model_outputs is None:  # before the prefill there is no main-model state to draft from
+            return input_ids, None
+        length = input_ids.shape[1]
+        fresh = length - 1 - self.known  # states the last forward made valid: its accepted prefix
+        new = main_hidden(self.config, model_outputs)[:, :fresh]
+        self.unread = new if self.unread is None else torch.cat([self.unread, new], dim=1)
+        self.known = length - 1
+        steps = min(self.steps, self.max_length - length - 1)
+        if steps <= 0:  # the next token is the last one allowed: no room for drafts
+            return input_ids, None
+        start = len(self.drafter)
+        mask = (model_kwargs or {}).get("attention_mask")
+        positions, valid = positions_and_valid(mask, 1, length - 1, input_ids.device)
+        pairs = Pairs(
+            tokens=input_ids[:, start + 1 :],
+            hidden=self.unread,
+            positions=positions[:, start:],
+            valid=valid[:, start:],
+            last=torch.tensor([length - 2 - start], device=input_ids.device),
+        )
+        self.unread = None
+
+        def choose(logits, drafts):
+            ids = torch.cat([input_ids, *(d[:, None] for d in drafts)], dim=1)
+            return self.logits_processor(ids, logits).argmax(dim=-1)
+
+        drafts = self.drafter.draft(pairs, steps, choose, self.stop_ids)
+        self.drafted = drafts.shape[1]
+        return torch.cat([input_ids, drafts], dim=1), None
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores, num_matches) -> None:
+        """Record the step and roll the head cache back to the pairs built from main-model states."""
+        if self.known:  # the prefill commits a token but verifies nothing
+            self.stats.forwards += 1
+            self.stats.record(self.drafted, int(num_matches), int(num_matches) + 1)
+        self.drafter.rollback()

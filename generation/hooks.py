@@ -1,0 +1,49 @@
+"""Every use of a private Transformers name by FastMTP, in one place, checked for the supported range.
+
+FastMTP at batch size 1 runs inside the library's assisted-decoding loop (``_assisted_decoding``,
+which both 5.17 and 5.24 enter when ``generation_config.use_mtp`` is set). That loop asks the model
+for its candidate generator through the private ``GenerationMixin._get_candidate_generator``; the
+library's own answer for ``use_mtp`` is ``MTPCandidateGenerator``, which needs one layer per depth
+(``num_mtp_layers``) and cannot reuse one head recursively, so ``install`` overrides the method on
+our model class. Both names are checked when the remote code is imported, so a release that renamed
+them fails at once with the supported range instead of silently decoding without FastMTP.
+"""
+
+from __future__ import annotations
+
+import transformers
+from transformers import GenerationMixin
+
+from ..compat_jina_ocr import SUPPORTED_RANGE
+from .fastmtp import FastMTPCandidateGenerator, FastMTPStats
+
+CANDIDATE_GENERATOR_HOOK = "_get_candidate_generator"
+ASSISTED_DECODING_LOOP = "_assisted_decoding"
+
+
+def _require(name: str) -> None:
+    if not callable(getattr(GenerationMixin, name, None)):
+        raise ImportError(
+            f"FastMTP plugs into transformers' GenerationMixin.{name}, which transformers "
+            f"{transformers.__version__} does not have; install transformers{SUPPORTED_RANGE}"
+        )
+
+
+def install(model_class: type) -> type:
+    """Class decorator: route ``use_mtp`` calls of the library's assisted loop to FastMTP."""
+    _require(ASSISTED_DECODING_LOOP)
+    _require(CANDIDATE_GENERATOR_HOOK)
+    library_choice = getattr(GenerationMixin, CANDIDATE_GENERATOR_HOOK)
+
+    def choose_candidate_generator(self, generation_config, **kwargs):
+        """FastMTP for ``use_mtp``; any other assisted mode (an assistant model, prompt lookup) is the
+        library's. The running ``generate`` call passes K and its statistics in ``_fastmtp_call``."""
+        if not generation_config.use_mtp:
+            return library_choice(self, generation_config=generation_config, **kwargs)
+        call = getattr(self, "_fastmtp_call", None)
+        steps = call.steps if call is not None else self.config.mtp_num_speculative_steps
+        stats = call.stats if call is not None else FastMTPStats(steps, 1)
+        return FastMTPCandidateGenerator(self, steps, generation_config, kwargs["logits_processor"], stats)
+
+    setattr(model_class, CANDIDATE_GENERATOR_HOOK, choose_candidate_generator)
+    return model_class
