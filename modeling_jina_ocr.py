@@ -29,6 +29,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 
 from .compat_jina_ocr import check_transformers_version, output_cache, resolve_cache, with_cache
 from .configuration_jina_ocr import JinaOCRConfig
@@ -36,6 +37,7 @@ from .generation.dispatch import generate as fastmtp_generate
 from .generation.hooks import install as install_generation_hooks
 
 check_transformers_version()
+logger = logging.get_logger(__name__)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -840,6 +842,11 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.num_nextn_predict_layers:
             self.mtp_module = JinaOCRMTPModule(config)
+        else:
+            logger.warning_once(
+                "this checkpoint has no FastMTP head (num_nextn_predict_layers is 0, as in DeepSeek-OCR): "
+                "generate() decodes with plain greedy"
+            )
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 
 import pytest
 import torch
@@ -156,3 +157,18 @@ def test_export_refuses_a_non_empty_folder_and_a_folder_without_config(tmp_path,
     (tmp_path / "empty").mkdir()
     assert cli(["export", "--from", str(tmp_path / "empty"), str(tmp_path / "out")]) == 2
     assert "has no config.json" in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_head_says_once_that_fastmtp_is_off(tmp_path, fixtures_dir, caplog):
+    from transformers.utils import logging as hf_logging
+
+    write_original(tmp_path / "ckpt", fixtures_dir, with_head=False)
+    logging.Logger.warning_once.cache_clear()  # "once" is per process; earlier tests may have used it
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            JinaOCRForConditionalGeneration.from_pretrained(tmp_path / "ckpt")
+            JinaOCRForConditionalGeneration.from_pretrained(tmp_path / "ckpt")
+    finally:
+        hf_logging.disable_propagation()
+    assert sum("no FastMTP head" in record.getMessage() for record in caplog.records) == 1
