@@ -1,0 +1,253 @@
+"""``jina-ocr convert``: PDFs and images to Markdown or per-page JSON.
+
+Each input becomes ``<stem>.md`` or ``<stem>.json`` in the output folder. Without ``-o``, Markdown
+goes to stdout as pages finish (each document preceded by ``<!-- document: PATH -->`` when there are
+several) and JSON goes to stdout as one line per document (JSON Lines). In Markdown every page
+starts with the line ``<!-- page N -->``; a page that failed is replaced by
+``<!-- page N: not converted: REASON -->``. Outputs are written to a temporary file and renamed, so an
+interrupted run leaves finished files and no half-written ones. The exit status is 0 when every page
+of every input converted, 1 when some input or page failed (each reported on stderr), 2 for a usage
+error such as a malformed ``--pages``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
+from jina_ocr.documents import (
+    DEFAULT_DPI,
+    DEFAULT_MAX_PIXELS,
+    DocumentError,
+    PageSelection,
+    find_documents,
+    open_document,
+)
+from jina_ocr.errors import UserError
+
+NAME = "convert"
+HELP = "Convert PDFs and images to Markdown (or per-page JSON)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="PDF or image files, or folders (their documents, sorted)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="OUT_DIR",
+        help="folder for <stem>.md / <stem>.json (default: stdout)",
+    )
+    parser.add_argument("--pages", help="pages to convert, counted from 1, e.g. 1-3,7,10- (default: all)")
+    parser.add_argument("--password", help="password of encrypted PDFs")
+    parser.add_argument(
+        "--model", help="exported model folder (default: $JINA_OCR_MODEL, else the bundled model)"
+    )
+    parser.add_argument("--format", choices=("md", "json"), default="md", help="output format (default: md)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help="pages per generate call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help="limit per page (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
+    )
+    parser.add_argument("--prompt", help="instruction replacing the default transcription prompt")
+    parser.add_argument(
+        "--dpi", type=int, default=DEFAULT_DPI, help="PDF render resolution (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=DEFAULT_MAX_PIXELS,
+        help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("tiny", "small", "base", "large", "gundam"),
+        help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
+        "(default: the model's, gundam for jina-ocr-v1)",
+    )
+    parser.add_argument(
+        "--device", help="torch device, e.g. cuda, cuda:1, mps, cpu (default: best available)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
+    )
+
+
+def _expand(inputs: list[str]) -> list[Path]:
+    """Files as given, folders replaced by their documents; a folder without any is a usage error."""
+    paths = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = find_documents(path)
+            if not found:
+                raise UserError(f"{path}: folder contains no PDF or image files")
+            paths.extend(found)
+        else:
+            paths.append(path)
+    return paths
+
+
+def _check_output_names(paths: list[Path], suffix: str) -> None:
+    owners: dict[str, Path] = {}
+    for path in paths:
+        name = path.stem + suffix
+        if name in owners and owners[name] != path:
+            raise UserError(f"{owners[name]} and {path} would both be written to {name}")
+        owners[name] = path
+
+
+def _report(message: str) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(f"jina-ocr convert: {message}", file=sys.stderr)
+
+
+def _comment(text: str) -> str:
+    """An HTML comment holding ``text``; a "--" inside would end the comment early."""
+    return f"<!-- {text.replace('--', '- -')} -->"
+
+
+def _markdown(results: list[PageResult]) -> str:
+    parts = []
+    for result in results:
+        if result.ok:
+            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n\n{result.markdown.strip()}\n")
+        else:
+            parts.append(_comment(f"page {result.page}: not converted: {result.error}") + "\n")
+    return "\n".join(parts)
+
+
+def _json(source: str, results: list[PageResult]) -> str:
+    return json.dumps(
+        {"source": source, "pages": [r.to_dict() for r in results]}, ensure_ascii=False, indent=2
+    )
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes the file private; the output is an ordinary file
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    selection = PageSelection.parse(args.pages) if args.pages else None
+    suffix = ".md" if args.format == "md" else ".json"
+    paths = _expand(args.inputs)
+    if args.output is not None:
+        _check_output_names(paths, suffix)
+    for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+
+    # Open every input once up front: bad files and page ranges are reported before the model loads,
+    # and the progress bar knows the total.
+    failed = False
+    jobs: list[tuple[Path, list[int]]] = []
+    for path in paths:
+        try:
+            with open_document(
+                path, password=args.password, dpi=args.dpi, max_pixels=args.max_pixels
+            ) as document:
+                jobs.append((path, document.select(selection)))
+        except DocumentError as error:
+            _report(f"error: {error}")
+            failed = True
+    if not jobs:
+        return 1
+
+    converter = Converter.from_pretrained(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        use_mtp=False if args.no_mtp else None,
+        prompt=args.prompt,
+        dpi=args.dpi,
+        mode=args.mode,
+        max_pixels=args.max_pixels,
+    )
+    if args.output is not None:
+        args.output.mkdir(parents=True, exist_ok=True)
+    try:
+        failed |= _convert_all(converter, jobs, args, suffix)
+    except KeyboardInterrupt:
+        _report("interrupted; files already written are complete, the current one was not written")
+        return 130
+    return 1 if failed else 0
+
+
+def _convert_all(converter: Converter, jobs: list[tuple[Path, list[int]]], args, suffix: str) -> bool:
+    """Convert every job, writing each output as soon as its document is done; True if anything failed."""
+    from tqdm import tqdm
+
+    failed = False
+    tokens = 0
+    seconds = 0.0
+    to_stdout = args.output is None
+    with tqdm(total=sum(len(numbers) for _, numbers in jobs), unit="page", file=sys.stderr) as bar:
+        for path, numbers in jobs:
+            if to_stdout and args.format == "md" and len(jobs) > 1:
+                sys.stdout.write(_comment(f"document: {path}") + "\n\n")
+            results = []
+            try:
+                stream = converter.convert(path, numbers, password=args.password)
+            except DocumentError as error:  # changed since it was first opened
+                _report(f"error: {error}")
+                failed = True
+                bar.update(len(numbers))
+                continue
+            for result in stream:
+                results.append(result)
+                if result.ok:
+                    tokens += result.tokens
+                else:
+                    failed = True
+                    _report(f"error: {path}, page {result.page}: {result.error}")
+                seconds += result.seconds
+                bar.set_postfix_str(f"{tokens / seconds if seconds else 0.0:.1f} tok/s", refresh=False)
+                bar.update(1)
+                if to_stdout and args.format == "md":
+                    sys.stdout.write(_markdown([result]) + "\n")
+                    sys.stdout.flush()
+            if to_stdout and args.format == "json":
+                sys.stdout.write(
+                    json.dumps({"source": str(path), "pages": [r.to_dict() for r in results]}) + "\n"
+                )
+                sys.stdout.flush()
+            elif not to_stdout:
+                text = _markdown(results) if args.format == "md" else _json(str(path), results) + "\n"
+                write_atomic(args.output / (path.stem + suffix), text)
+    return failed

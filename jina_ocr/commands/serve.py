@@ -1,0 +1,107 @@
+"""``jina-ocr serve``: the OpenAI-compatible HTTP server of :mod:`jina_ocr.server`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
+from jina_ocr.documents import DEFAULT_DPI
+from jina_ocr.errors import UserError
+
+NAME = "serve"
+HELP = "Serve a model over HTTP: OpenAI-compatible chat completions and PDF uploads."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", help="exported model folder (default: $JINA_OCR_MODEL, else the bundled model)"
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; the server has no authentication)",
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="pages per generate call (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=10.0,
+        help="how long the first queued page waits for others to join its batch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help="cap on tokens per page; requests may ask for fewer (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
+    )
+    parser.add_argument(
+        "--dpi", type=int, default=DEFAULT_DPI, help="PDF render resolution (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-request-mb", type=float, default=32.0, help="largest request body (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-pages", type=int, default=64, help="most pages per request (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=40_000_000,
+        help="largest page bitmap in pixels (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("tiny", "small", "base", "large", "gundam"),
+        help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
+        "(default: the model's, gundam for jina-ocr-v1)",
+    )
+    parser.add_argument(
+        "--device", help="torch device, e.g. cuda, cuda:1, mps, cpu (default: best available)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from jina_ocr.server import Limits, serve
+    except ImportError as error:
+        raise UserError(
+            f"jina-ocr serve needs the HTTP server packages ({error.name} is missing): "
+            "pip install 'jina-ocr[serve]'"
+        ) from None
+
+    for name in ("batch_size", "max_new_tokens", "dpi", "max_pages", "max_pixels", "max_request_mb"):
+        if getattr(args, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, not {args.port}")
+    folder = resolve_model(args.model)
+    converter = Converter.from_pretrained(
+        folder,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        use_mtp=not args.no_mtp,
+        dpi=args.dpi,
+        mode=args.mode,
+    )
+    limits = Limits(
+        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        max_pages=args.max_pages,
+        max_pixels=args.max_pixels,
+    )
+    serve(converter, Path(folder).name, args.host, args.port, limits, args.batch_wait_ms / 1000)
+    return 0

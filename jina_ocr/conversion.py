@@ -1,0 +1,407 @@
+"""Documents to Markdown, page by page: the Python API behind ``jina-ocr convert`` and ``jina-ocr serve``.
+
+>>> import jina_ocr
+>>> for page in jina_ocr.convert("paper.pdf", pages="1-3", model="path/to/jina-ocr-v1"):
+...     print(page.page, page.markdown)
+
+Pages render lazily (see :mod:`jina_ocr.documents`) and go through the model in batches of up to
+``batch_size``; results stream out as each batch finishes, so memory holds one batch of pages at a
+time whatever the length of the document. A page that cannot be rendered or generated comes back
+with ``error`` set and the others still convert; errors about the whole document (unreadable file,
+wrong password, page out of range) are raised when :func:`convert` is called, before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from jina_ocr.documents import (
+    DEFAULT_DPI,
+    DEFAULT_MAX_PIXELS,
+    Document,
+    DocumentError,
+    PagesArgument,
+    open_document,
+)
+from jina_ocr.errors import UserError
+
+DEFAULT_BATCH_SIZE = 4
+DEFAULT_MAX_NEW_TOKENS = 4096
+"""jina-ocr-v1's default; a dense page is about 1,100 tokens, so this leaves room for the densest."""
+
+MODEL_ENV = "JINA_OCR_MODEL"
+BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "jina-ocr-tiny"
+
+PAGE_MARKER = "<!-- page {page} -->"
+"""Line that starts each page in Markdown output: an HTML comment, invisible when rendered, that keeps
+the page number of every chunk (page selections make numbers non-consecutive)."""
+
+
+@dataclass
+class PageResult:
+    """One page's outcome. ``error`` is None on success, else the reason and ``markdown`` is None.
+
+    ``seconds`` is the page's share of the wall time of its batch (render, preprocessing, generation,
+    decoding), so the seconds of a document add up to its conversion time. ``tokens`` counts generated
+    tokens without the end-of-sequence and padding tokens. ``fastmtp`` holds the FastMTP statistics of
+    the ``generate`` call the page was part of (its batch), or None without FastMTP.
+    """
+
+    source: str
+    page: int
+    markdown: str | None = None
+    tokens: int = 0
+    seconds: float = 0.0
+    fastmtp: dict | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict:
+        """The per-page JSON object of ``jina-ocr convert --format json`` and ``POST /v1/documents``."""
+        return {
+            "page": self.page,
+            "markdown": self.markdown,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 4),
+            "fastmtp": self.fastmtp,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Generation:
+    """Output of one image within a :meth:`Converter.generate` batch."""
+
+    markdown: str
+    tokens: int
+    prompt_tokens: int
+    seconds: float
+    fastmtp: dict | None
+
+
+@dataclass
+class RenderedPage:
+    """A page on its way to the model: its image, or the error that kept it from rendering."""
+
+    number: int
+    image: Image.Image | None
+    seconds: float
+    error: DocumentError | None = None
+
+
+def render_batches(
+    document: Document, numbers: Sequence[int], batch_size: int
+) -> Iterator[list[RenderedPage]]:
+    """Render pages lazily and group them, in page order, into batches of up to ``batch_size`` pages.
+
+    A page that fails to render stays in its batch with ``error`` set and no image, so results keep
+    page order. Like :func:`itertools.groupby`, each list is emptied when the next one is requested:
+    a batch's pages are released before the next page is rendered, so at most ``batch_size``
+    rendered pages are alive at a time even in a plain ``for`` loop.
+    """
+    batch: list[RenderedPage] = []
+    for number in numbers:
+        start = time.perf_counter()
+        try:
+            batch.append(RenderedPage(number, document.render(number), time.perf_counter() - start))
+        except DocumentError as error:
+            batch.append(RenderedPage(number, None, time.perf_counter() - start, error))
+        if len(batch) == batch_size:
+            yield batch
+            batch.clear()
+    if batch:
+        yield batch
+        batch.clear()
+
+
+def resolve_model(model: str | os.PathLike | None) -> Path:
+    """The model folder to load: ``model`` if given, else ``$JINA_OCR_MODEL``, else the bundled model.
+
+    An explicit choice wins over the environment, and the environment over the built-in default,
+    as users of environment variables expect.
+    """
+    if model is not None:
+        folder, origin = Path(model), "--model"
+    elif os.environ.get(MODEL_ENV):
+        folder, origin = Path(os.environ[MODEL_ENV]), f"${MODEL_ENV}"
+    elif (BUNDLED_MODEL / "config.json").is_file():
+        from jina_ocr.models import hub_folder
+
+        # The bundled model ships as weights, config and tokenizer; its Hub folder is exported with
+        # the current code on first use (cached).
+        return hub_folder(BUNDLED_MODEL)
+    else:
+        raise UserError(
+            "no model given and none is bundled with this installation: pass --model DIR (or model=...) "
+            f"naming an exported jina-ocr model folder, or set {MODEL_ENV}. To try the tools without "
+            "real weights, `jina-ocr export --random --preset tiny DIR` writes a tiny random-weight "
+            "model; its output is meaningless text."
+        )
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{origin} {folder}: not a model folder (no config.json in it)")
+    return folder
+
+
+def resolve_device(device: str | None):
+    """A torch device: the given one, else CUDA when available, else Apple MPS when available, else CPU."""
+    import torch
+
+    if device:
+        try:
+            return torch.device(device)
+        except RuntimeError as error:
+            raise UserError(f"unknown device {device!r}: {error}") from None
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+
+
+def resolve_dtype(dtype, device):
+    """A torch dtype: the given one, else bfloat16 on accelerators (as the weights ship) and float32 on CPU."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in _DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}: choose one of auto, {', '.join(_DTYPES)}")
+    return getattr(torch, _DTYPES[dtype])
+
+
+@functools.lru_cache(maxsize=1)
+def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
+    """Model and processor, cached so that converting file after file loads the weights once."""
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
+        str(folder), trust_remote_code=True, dtype=dtype
+    )
+    processor = transformers.AutoProcessor.from_pretrained(str(folder), trust_remote_code=True)
+    return model.to(device).eval(), processor
+
+
+@dataclass
+class Converter:
+    """A loaded model and processor plus the options of a conversion; reuse one for many documents."""
+
+    model: Any
+    processor: Any
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    use_mtp: bool | None = None
+    """FastMTP on or off; None follows the checkpoint's generation config (on when it has a head)."""
+    prompt: str | None = None
+    dpi: int = DEFAULT_DPI
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    mode: str | None = None
+    """Resolution mode of the processor (``tiny`` 512 px ... ``gundam`` 1024 px plus 640 px tiles);
+    None keeps the model's own, which for jina-ocr-v1 is ``gundam``. Smaller modes trade accuracy on
+    dense pages for speed."""
+
+    def __post_init__(self):
+        for field in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{field} must be a positive whole number, not {value!r}")
+
+    @classmethod
+    def from_pretrained(
+        cls, model: str | os.PathLike | None = None, *, device=None, dtype=None, **options
+    ) -> Converter:
+        """Load the model folder chosen by :func:`resolve_model` onto ``device`` in ``dtype``."""
+        folder = resolve_model(model).resolve()
+        device = resolve_device(device)
+        loaded_model, processor = _load(folder, device, resolve_dtype(dtype, device))
+        return cls(loaded_model, processor, **options)
+
+    def with_options(self, **options) -> Converter:
+        """The same loaded model with some options changed (options given as None keep their value)."""
+        changes = {key: value for key, value in options.items() if value is not None}
+        return dataclasses.replace(self, **changes) if changes else self
+
+    @property
+    def _stop_ids(self) -> set[int]:
+        config = self.model.generation_config
+        ids = set()
+        for value in (config.eos_token_id, config.pad_token_id):
+            ids.update(value if isinstance(value, list) else [] if value is None else [value])
+        return ids
+
+    def generate(
+        self,
+        images: Sequence[Image.Image],
+        *,
+        prompt: str | None = None,
+        max_new_tokens: int | Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Run one batch of page images through the model.
+
+        ``max_new_tokens`` may differ per image (the server batches requests with different
+        ``max_tokens``): the batch generates up to the largest and each output is cut to its own
+        limit, which under greedy decoding equals generating it alone with that limit.
+        """
+        import torch
+
+        count = len(images)
+        if isinstance(max_new_tokens, Sequence):
+            limits = list(max_new_tokens)
+        else:
+            limits = [max_new_tokens or self.max_new_tokens] * count
+        start = time.perf_counter()
+        inputs = self.processor.prepare_ocr_inputs(
+            list(images),
+            prompt=prompt if prompt is not None else self.prompt,
+            device=self.model.device,
+            dtype=self.model.dtype,
+            mode=self.mode,
+        )
+        mtp = {} if self.use_mtp is None else {"use_mtp": self.use_mtp}
+        with torch.inference_mode():
+            output = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, **mtp)
+        stats = getattr(self.model, "fastmtp_stats", None)  # None when this call did not use FastMTP
+        prompt_length = inputs["input_ids"].shape[1]
+        stop = self._stop_ids
+        results = []
+        for row, limit in enumerate(limits):
+            tokens = output[row, prompt_length : prompt_length + limit].tolist()
+            while tokens and tokens[-1] in stop:
+                tokens.pop()
+            text = self.processor.decode_ocr(
+                output[row : row + 1, : prompt_length + limit], inputs["input_ids"][row : row + 1]
+            )
+            prompt_tokens = int(inputs["attention_mask"][row].sum())
+            results.append(Generation(text, len(tokens), prompt_tokens, 0.0, dict(stats) if stats else None))
+        seconds = time.perf_counter() - start
+        for result in results:
+            result.seconds = seconds / count
+        return results
+
+    def convert(
+        self,
+        source: str | os.PathLike | bytes,
+        pages: PagesArgument = None,
+        *,
+        password: str | None = None,
+        name: str | None = None,
+    ) -> Iterator[PageResult]:
+        """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results."""
+        document = open_document(
+            source, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
+        )
+        try:
+            numbers = document.select(pages)
+        except BaseException:
+            document.close()
+            raise
+        return self._stream(document, numbers)
+
+    def _stream(self, document: Document, numbers: list[int]) -> Iterator[PageResult]:
+        with document:
+            yield from self.convert_pages(document, numbers)
+
+    def convert_pages(self, document: Document, numbers: Sequence[int]) -> Iterator[PageResult]:
+        """Render ``numbers`` of an open document one by one and convert them in batches, in page order
+        (see :func:`render_batches`: at most ``batch_size`` rendered pages exist at a time)."""
+        for batch in render_batches(document, numbers, self.batch_size):
+            yield from self._convert_rendered(document.source, batch)
+
+    def _convert_rendered(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
+        """Results of one batch in page order; pages that failed to render keep their error."""
+        converted = iter(self._convert_batch(source, [page for page in batch if page.error is None]))
+        return [
+            next(converted)
+            if page.error is None
+            else PageResult(source, page.number, seconds=page.seconds, error=page.error.reason)
+            for page in batch
+        ]
+
+    def _convert_batch(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
+        """Generate a batch; if it fails, retry its pages alone so that one bad page costs only itself."""
+        if not batch:
+            return []
+        try:
+            generations = self.generate([page.image for page in batch])
+        except Exception as error:
+            if len(batch) > 1:
+                return [result for page in batch for result in self._convert_batch(source, [page])]
+            reason = f"{type(error).__name__}: {error}"
+            return [PageResult(source, batch[0].number, seconds=batch[0].seconds, error=reason)]
+        return [
+            PageResult(
+                source,
+                page.number,
+                markdown=generation.markdown,
+                tokens=generation.tokens,
+                seconds=page.seconds + generation.seconds,
+                fastmtp=generation.fastmtp,
+            )
+            for page, generation in zip(batch, generations, strict=True)
+        ]
+
+
+def convert(
+    source: str | os.PathLike | bytes,
+    pages: PagesArgument = None,
+    model: str | os.PathLike | Converter | None = None,
+    *,
+    password: str | None = None,
+    name: str | None = None,
+    device=None,
+    dtype=None,
+    batch_size: int | None = None,
+    max_new_tokens: int | None = None,
+    use_mtp: bool | None = None,
+    prompt: str | None = None,
+    dpi: int | None = None,
+    max_pixels: int | None = None,
+    mode: str | None = None,
+) -> Iterator[PageResult]:
+    """Convert a PDF or image (a path or bytes) to Markdown, yielding a :class:`PageResult` per page.
+
+    ``pages`` selects pages (``"1-3,7,10-"``, a list of numbers, or None for all). ``model`` is a model
+    folder, a :class:`Converter` to reuse, or None for the default (see :func:`resolve_model`); a folder
+    is loaded once and cached for the next call with the same folder, device and dtype. Whole-document
+    problems raise :class:`~jina_ocr.documents.DocumentError` here; page problems come back as results
+    with ``error`` set. Options left as None use the converter's values.
+    """
+    options = dict(
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        use_mtp=use_mtp,
+        prompt=prompt,
+        dpi=dpi,
+        max_pixels=max_pixels,
+        mode=mode,
+    )
+    if isinstance(model, Converter):
+        converter = model.with_options(**options)
+    else:
+        with open_document(source, name=name, password=password, dpi=dpi or DEFAULT_DPI) as document:
+            document.select(pages)  # a bad file or page range fails before the model loads
+        converter = Converter.from_pretrained(model, device=device, dtype=dtype).with_options(**options)
+    return converter.convert(source, pages, password=password, name=name)

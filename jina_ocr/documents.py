@@ -1,0 +1,506 @@
+"""Documents in, page images out: PDFs through PyMuPDF, images through Pillow.
+
+A :class:`Document` is opened once and renders one page at a time on request, so a 300-page PDF
+costs the memory of one page, not of 300. Every failure a user can cause is a
+:class:`DocumentError` whose message names the file and, where it applies, the page, because
+"cannot identify image file <_io.BytesIO object>" tells nobody which of their 40 files is broken.
+
+Limits are checked before work is done: a PDF page's pixel size at the chosen dpi is computed from
+its page box before MuPDF allocates the bitmap, and an image's size is read from its header before
+Pillow decodes it.
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pymupdf
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from jina_ocr.errors import UserError
+
+DEFAULT_DPI = 144
+"""DeepSeek-OCR renders PDF pages at 144 dpi (zoom 2); the model was trained on such renders."""
+
+DEFAULT_MAX_PIXELS = 80_000_000
+"""Largest page bitmap we create (240 MB as RGB). A 600 dpi A3 scan (70 M pixels) fits; the limit sits
+below Pillow's decompression-bomb warning (89.5 M) so that with the default our message comes first."""
+
+IMAGE_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP", "BMP")
+"""Pillow formats we accept. Only TIFF pages are read as multi-page; other formats use their first frame."""
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp"})
+DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
+"""File name endings a folder listing treats as documents (the format itself is read from the bytes)."""
+
+_PDF_MAGIC_WINDOW = 1024
+"""PDF readers accept junk before ``%PDF-`` within the first KiB; so do we."""
+
+_MUPDF_LOCK = threading.RLock()
+"""MuPDF's context is not thread-safe; the server opens and renders documents from worker threads."""
+
+
+class DocumentError(UserError):
+    """A document (and possibly one of its pages) that cannot be used, with the reason.
+
+    ``source`` is the name the user knows the document by (its path or upload name) and ``page`` the
+    1-based page number, or None when the whole document is affected.
+    """
+
+    def __init__(self, source: str, reason: str, page: int | None = None):
+        self.source = source
+        self.page = page
+        self.reason = reason
+        where = source if page is None else f"{source}, page {page}"
+        super().__init__(f"{where}: {reason}")
+
+
+class CorruptDocumentError(DocumentError):
+    """The bytes claim a format but cannot be parsed (damaged or truncated file)."""
+
+
+class PasswordError(DocumentError):
+    """An encrypted PDF without a password, or with the wrong one."""
+
+
+class EmptyDocumentError(DocumentError):
+    """A file with no bytes or a PDF with no pages."""
+
+
+class PageRangeError(DocumentError):
+    """A requested page number the document does not have."""
+
+
+class UnknownFormatError(DocumentError):
+    """Bytes that are neither a PDF nor an accepted image format."""
+
+
+class ZeroSizePageError(DocumentError):
+    """A page whose box has no area, or that renders to less than one pixel at the chosen dpi."""
+
+
+class PixelLimitError(DocumentError):
+    """A page or image whose bitmap would exceed the pixel limit."""
+
+
+class PageSelectionError(UserError):
+    """A page selection string that does not parse, such as ``3-1`` or ``a-b``."""
+
+
+_RANGE = re.compile(r"^\s*(\d*)\s*(-?)\s*(\d*)\s*$")
+
+
+@dataclass(frozen=True)
+class PageSelection:
+    """Parsed page selection such as ``1-3,7,10-``: 1-based inclusive ranges, ``end`` None for open.
+
+    It is parsed before any document is opened (so a typo fails fast) and resolved against each
+    document's page count separately (so ``10-`` works for documents of different lengths).
+    """
+
+    ranges: tuple[tuple[int, int | None], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> PageSelection:
+        ranges = []
+        for part in text.split(","):
+            match = _RANGE.match(part)
+            if not match or not (match.group(1) or match.group(3)):
+                raise PageSelectionError(
+                    f"invalid page selection {text!r}: {part.strip()!r} is not N, A-B, A- or -B "
+                    "(pages count from 1, e.g. 1-3,7,10-)"
+                )
+            first, dash, last = match.groups()
+            start = int(first) if first else 1
+            end = (int(last) if last else None) if dash else start
+            if start < 1:
+                raise PageSelectionError(
+                    f"invalid page selection {text!r}: there is no page 0 (pages count from 1)"
+                )
+            if end is not None and end < start:
+                raise PageSelectionError(f"invalid page selection {text!r}: {part.strip()!r} runs backwards")
+            ranges.append((start, end))
+        return cls(tuple(ranges))
+
+    def resolve(self, page_count: int, source: str) -> list[int]:
+        """The selected page numbers in document order, each once; a page past the end is an error."""
+        numbers = set()
+        for start, end in self.ranges:
+            last = page_count if end is None else end
+            if start > page_count or last > page_count:
+                bad = start if start > page_count else last
+                raise PageRangeError(
+                    source, f"out of range: the document has {_plural(page_count, 'page')}", page=bad
+                )
+            numbers.update(range(start, last + 1))
+        return sorted(numbers)
+
+
+PagesArgument = str | Iterable[int] | PageSelection | None
+"""What APIs accept as a page selection: None (all), ``"1-3,7"``, page numbers, or a parsed selection."""
+
+
+def select_pages(pages: PagesArgument, page_count: int, source: str) -> list[int]:
+    """Resolve any accepted form of page selection against a document of ``page_count`` pages."""
+    if pages is None:
+        return list(range(1, page_count + 1))
+    if isinstance(pages, str):
+        pages = PageSelection.parse(pages)
+    if isinstance(pages, PageSelection):
+        return pages.resolve(page_count, source)
+    numbers = sorted(set(pages))
+    for number in numbers:
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise PageSelectionError(f"invalid page number {number!r}: pages count from 1")
+        if number > page_count:
+            raise PageRangeError(
+                source, f"out of range: the document has {_plural(page_count, 'page')}", page=number
+            )
+    return numbers
+
+
+class Document(abc.ABC):
+    """An open PDF or image file whose pages render one at a time, as RGB PIL images.
+
+    Use :func:`open_document`. Close it (or use it as a context manager) to release the file.
+    """
+
+    source: str
+    page_count: int
+    dpi: int
+    max_pixels: int
+    _unit: str
+    """What a page is called in messages: "page" for PDFs, "image" for image files."""
+
+    @abc.abstractmethod
+    def render(self, number: int) -> Image.Image:
+        """Page ``number`` (1-based) as an RGB image; raises :class:`DocumentError` naming the page."""
+
+    @abc.abstractmethod
+    def page_pixel_size(self, number: int) -> tuple[int, int]:
+        """(width, height) in pixels that :meth:`render` would produce, without rendering."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the file (or buffer) behind the document."""
+
+    def select(self, pages: PagesArgument = None) -> list[int]:
+        """The page numbers a selection means for this document (see :func:`select_pages`)."""
+        return select_pages(pages, self.page_count, self.source)
+
+    def _check_number(self, number: int) -> None:
+        if not 1 <= number <= self.page_count:
+            raise PageRangeError(
+                self.source, f"out of range: the document has {_plural(self.page_count, 'page')}", page=number
+            )
+
+    def check_page(self, number: int) -> tuple[int, int]:
+        """The page's pixel size, after checking that it exists, has an area and is within the pixel
+        limit; raises :class:`DocumentError` otherwise. Nothing is rendered or decoded."""
+        width, height = self.page_pixel_size(number)
+        if width < 1 or height < 1:
+            raise ZeroSizePageError(
+                self.source, f"{self._unit} has zero size ({width}x{height} px)", page=number
+            )
+        if width * height > self.max_pixels:
+            at_dpi = f" at {self.dpi} dpi; choose a lower dpi" if self._unit == "page" else ""
+            raise PixelLimitError(
+                self.source,
+                f"{self._unit} would be {width}x{height} = {width * height:,} pixels, over the limit of "
+                f"{self.max_pixels:,}{at_dpi}",
+                page=number,
+            )
+        return width, height
+
+    def __enter__(self) -> Document:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.source!r}, {_plural(self.page_count, 'page')}>"
+
+
+class PdfDocument(Document):
+    """A PDF opened with PyMuPDF; pages render at ``dpi`` without alpha, as DeepSeek-OCR does."""
+
+    _unit = "page"
+
+    def __init__(self, doc: pymupdf.Document, source: str, dpi: int, max_pixels: int):
+        self._doc = doc
+        self.source = source
+        self.dpi = dpi
+        self.max_pixels = max_pixels
+        self.page_count = doc.page_count
+        self._matrix = pymupdf.Matrix(dpi / 72, dpi / 72)
+
+    def _media_box_is_empty(self, page: pymupdf.Page) -> bool:
+        """True when the page's own (or inherited) MediaBox has no area.
+
+        MuPDF silently replaces such a box with US Letter (or a 1 pt square), which would hand the
+        model a blank page instead of telling the user that the page is broken.
+        """
+        xref = page.xref
+        for _ in range(64):  # the page tree is shallow; the bound guards against a cyclic /Parent
+            kind, value = self._doc.xref_get_key(xref, "MediaBox")
+            if kind == "array":
+                try:
+                    x0, y0, x1, y1 = (float(v) for v in value.strip("[] ").split())
+                except ValueError:
+                    return True
+                return abs(x1 - x0) < 1 or abs(y1 - y0) < 1
+            kind, parent = self._doc.xref_get_key(xref, "Parent")
+            if kind != "xref":
+                return True
+            xref = int(parent.split()[0])
+        return True
+
+    def page_pixel_size(self, number: int) -> tuple[int, int]:
+        self._check_number(number)
+        with _MUPDF_LOCK:
+            page = self._load(number)
+            box = page.rect * self._matrix
+        return box.irect.width, box.irect.height
+
+    def _load(self, number: int) -> pymupdf.Page:
+        try:
+            page = self._doc.load_page(number - 1)
+        except Exception as error:
+            raise CorruptDocumentError(self.source, f"cannot read the page: {error}", page=number) from error
+        if self._media_box_is_empty(page):
+            raise ZeroSizePageError(self.source, "page has zero size (its MediaBox has no area)", page=number)
+        return page
+
+    def render(self, number: int) -> Image.Image:
+        with _MUPDF_LOCK:
+            self.check_page(number)
+            page = self._load(number)
+            try:
+                pixmap = page.get_pixmap(matrix=self._matrix, alpha=False, colorspace=pymupdf.csRGB)
+            except Exception as error:
+                raise CorruptDocumentError(
+                    self.source, f"cannot render the page: {error}", page=number
+                ) from error
+            return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
+
+    def close(self) -> None:
+        with _MUPDF_LOCK:
+            self._doc.close()
+
+
+class ImageDocument(Document):
+    """An image file opened lazily with Pillow; a multi-page TIFF has one page per frame.
+
+    ``dpi`` does not apply (images keep their pixels); it is kept for a uniform interface.
+    """
+
+    _unit = "image"
+
+    def __init__(self, image: Image.Image, source: str, dpi: int, max_pixels: int):
+        self._image = image
+        self.source = source
+        self.dpi = dpi
+        self.max_pixels = max_pixels
+        self.page_count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+
+    def page_pixel_size(self, number: int) -> tuple[int, int]:
+        self._check_number(number)
+        self._seek(number)
+        width, height = self._image.size
+        if _exif_swaps_axes(self._image):
+            width, height = height, width
+        return width, height
+
+    def _seek(self, number: int) -> None:
+        try:
+            self._image.seek(number - 1)
+        except (EOFError, OSError, ValueError) as error:
+            raise CorruptDocumentError(self.source, f"cannot read the frame: {error}", page=number) from error
+
+    def render(self, number: int) -> Image.Image:
+        self.check_page(number)
+        try:
+            self._image.load()
+            oriented = ImageOps.exif_transpose(self._image)
+            return _to_rgb(oriented)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            raise CorruptDocumentError(
+                self.source, f"cannot decode the {self._image.format} image: {error}", page=number
+            ) from error
+
+    def close(self) -> None:
+        self._image.close()
+
+
+def _exif_swaps_axes(image: Image.Image) -> bool:
+    """EXIF orientations 5-8 rotate by 90 degrees, so the page is as wide as the stored image is tall.
+
+    A PNG whose eXIf chunk comes after the pixel data is read as unrotated here, because Pillow would
+    decode the whole image to find that chunk, defeating the size check before decoding.
+    """
+    if image.format == "PNG" and "exif" not in image.info:
+        return False
+    return image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """RGB for the model. Transparency is flattened onto white (paper), not black, and 16/32-bit
+    greyscale scans keep their contrast instead of clipping to white."""
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
+        values = np.asarray(image, dtype=np.int64)
+        top = 65535 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255
+        scaled = (np.clip(values, 0, top) * 255 // top).astype(np.uint8)
+        return Image.fromarray(scaled, mode="L").convert("RGB")
+    if image.mode == "F":
+        values = np.asarray(image, dtype=np.float64)
+        return Image.fromarray(np.clip(values, 0, 255).astype(np.uint8), mode="L").convert("RGB")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(paper, rgba).convert("RGB")
+    return image.convert("RGB") if image.mode != "RGB" else image.copy()
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _sniff(head: bytes) -> str | None:
+    """'pdf', 'image' or None from a file's first bytes; the name's suffix is never trusted."""
+    if b"%PDF-" in head[:_PDF_MAGIC_WINDOW]:
+        return "pdf"
+    if (
+        head.startswith(b"\x89PNG\r\n\x1a\n")
+        or head.startswith(b"\xff\xd8\xff")
+        or head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+        or (head.startswith(b"RIFF") and head[8:12] == b"WEBP")
+        or head.startswith(b"BM")
+    ):
+        return "image"
+    return None
+
+
+def open_document(
+    source: str | os.PathLike | bytes,
+    *,
+    name: str | None = None,
+    password: str | None = None,
+    dpi: int = DEFAULT_DPI,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> Document:
+    """Open a PDF or image from a path or from bytes.
+
+    ``name`` is how errors refer to the document (default: the path, or ``"<bytes>"``). ``password``
+    unlocks an encrypted PDF. ``dpi`` sets the PDF render resolution and ``max_pixels`` the largest
+    page bitmap that will be created. Nothing is rendered here: pages render on
+    :meth:`Document.render`.
+    """
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 18 <= dpi <= 1200:
+        raise UserError(f"dpi must be a whole number from 18 to 1200, not {dpi!r}")
+    if not isinstance(max_pixels, int) or max_pixels < 1:
+        raise UserError(f"max_pixels must be a positive whole number, not {max_pixels!r}")
+    if isinstance(source, bytes | bytearray | memoryview):
+        data: bytes | None = bytes(source)
+        label = name or "<bytes>"
+        head = data[:_PDF_MAGIC_WINDOW]
+        size = len(data)
+    else:
+        path = Path(source)
+        data = None
+        label = name or str(path)
+        try:
+            size = path.stat().st_size
+            if path.is_dir():
+                raise DocumentError(label, "is a directory, not a document")
+            with path.open("rb") as handle:
+                head = handle.read(_PDF_MAGIC_WINDOW)
+        except FileNotFoundError:
+            raise DocumentError(label, "no such file") from None
+        except PermissionError:
+            raise DocumentError(label, "permission denied") from None
+        except IsADirectoryError:
+            raise DocumentError(label, "is a directory, not a document") from None
+    if size == 0:
+        raise EmptyDocumentError(label, "is empty (0 bytes)")
+    kind = _sniff(head)
+    if kind == "pdf":
+        return _open_pdf(source if data is None else data, label, password, dpi, max_pixels)
+    if kind == "image":
+        return _open_image(source if data is None else data, label, dpi, max_pixels)
+    raise UnknownFormatError(label, "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image")
+
+
+def _open_pdf(source, label: str, password: str | None, dpi: int, max_pixels: int) -> PdfDocument:
+    with _MUPDF_LOCK:
+        try:
+            if isinstance(source, bytes):
+                doc = pymupdf.open(stream=source, filetype="pdf")
+            else:
+                doc = pymupdf.open(os.fspath(source), filetype="pdf")
+        except Exception as error:
+            raise CorruptDocumentError(
+                label, f"is not a readable PDF (damaged or truncated): {error}"
+            ) from None
+        try:
+            if doc.needs_pass:
+                if password is None:
+                    raise PasswordError(label, "is encrypted: a password is needed to open it")
+                if not doc.authenticate(password):
+                    raise PasswordError(label, "is encrypted and the password is wrong")
+            if doc.is_repaired and not _ends_with_eof_marker(source):
+                raise CorruptDocumentError(
+                    label, "is truncated: the PDF ends before its end-of-file marker (incomplete download?)"
+                )
+            if doc.page_count == 0:
+                raise EmptyDocumentError(label, "has no pages")
+        except DocumentError:
+            doc.close()
+            raise
+    return PdfDocument(doc, label, dpi, max_pixels)
+
+
+def _ends_with_eof_marker(source) -> bool:
+    """Whether ``%%EOF`` occurs in the last KiB, where every complete PDF (even with trailing junk) has it.
+
+    MuPDF repairs truncated files without complaint, returning whatever pages survived; a repaired
+    file that also lacks this marker was cut short, and converting it would silently drop content.
+    """
+    if isinstance(source, bytes):
+        tail = source[-1024:]
+    else:
+        with open(source, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 1024))
+            tail = handle.read()
+    return b"%%EOF" in tail
+
+
+def _open_image(source, label: str, dpi: int, max_pixels: int) -> ImageDocument:
+    fp = io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source)
+    try:
+        image = Image.open(fp, formats=IMAGE_FORMATS)
+    except Image.DecompressionBombError as error:
+        raise PixelLimitError(label, f"is too large for Pillow to open safely: {error}", page=1) from None
+    except UnidentifiedImageError:
+        raise CorruptDocumentError(
+            label, "is not a readable image: it starts like one but cannot be parsed (damaged or truncated)"
+        ) from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise CorruptDocumentError(
+            label, f"is not a readable image (damaged or truncated): {error}"
+        ) from None
+    return ImageDocument(image, label, dpi, max_pixels)
+
+
+def find_documents(folder: str | os.PathLike) -> list[Path]:
+    """The documents directly inside ``folder`` (by file name ending), sorted by name."""
+    return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)

@@ -1,0 +1,615 @@
+"""``jina-ocr serve``: an OpenAI-compatible HTTP server (FastAPI on uvicorn) around one loaded model.
+
+Endpoints:
+
+- ``POST /v1/chat/completions``: OpenAI chat format. The last user message carries one or more
+  ``image_url`` parts as ``data:`` URLs (each image, or each page of a PDF sent the same way, is one
+  page) and optionally text parts, which replace the default transcription prompt. ``max_tokens``
+  (or ``max_completion_tokens``) limits tokens per page. With ``"stream": true`` the answer comes as
+  server-sent events, one content chunk per page as it finishes (the model is batched across
+  requests, which per-token streaming would prevent). Sampling parameters are ignored: decoding is
+  greedy. System messages are ignored: the model knows one instruction.
+- ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
+  fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
+  ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "fastmtp", "error"}]}`` as
+  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error``.
+- ``GET /health`` and ``GET /v1/models``.
+
+Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
+share a prompt and runs them as one ``generate`` call. Each request keeps at most ``batch_size``
+rendered pages in flight, so a long PDF does not fill memory. Limits (body size, pages per request,
+page pixels, queued pages) are answered with 4xx and an OpenAI-style error body. Image URLs other than
+``data:`` are refused: the server never fetches anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import concurrent.futures
+import json
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from PIL import Image
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from jina_ocr.conversion import PAGE_MARKER, Converter, Generation, PageResult
+from jina_ocr.documents import Document, DocumentError, PixelLimitError, open_document
+from jina_ocr.errors import UserError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; everything beyond is answered with a 4xx and a message."""
+
+    max_request_bytes: int = 32 * 1024 * 1024
+    max_pages: int = 64
+    max_pixels: int = 40_000_000
+    max_queued_pages: int = 512
+
+
+class RequestError(HTTPException):
+    """A request the client must change, with the HTTP status that says how (400, 413, 429)."""
+
+
+class _BodyTooLarge(BaseException):
+    """Raised from ``receive`` when a streamed body passes the limit. A BaseException so that body
+    parsers which turn any Exception into "400 error parsing the body" let it reach :class:`BodyLimit`."""
+
+
+def _error_body(status: int, message: str) -> dict:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+class BodyLimit:
+    """ASGI middleware refusing bodies over ``max_bytes`` with 413, by header or while streaming.
+
+    A declared ``Content-Length`` over the limit is refused before the body is read; a chunked body is
+    counted as it arrives, so neither form can make the server buffer more than the limit.
+    """
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        message = f"request body over the limit of {self.max_bytes:,} bytes"
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await JSONResponse(_error_body(413, message), status_code=413)(scope, receive, send)
+        received = 0
+        started = False
+
+        async def counting_receive():
+            nonlocal received
+            event = await receive()
+            if event["type"] == "http.request":
+                received += len(event.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge
+            return event
+
+        async def tracking_send(event):
+            nonlocal started
+            started = started or event["type"] == "http.response.start"
+            await send(event)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _BodyTooLarge:
+            if started:
+                raise
+            await JSONResponse(_error_body(413, message), status_code=413)(scope, receive, send)
+
+
+@dataclass
+class _Job:
+    image: Image.Image
+    prompt: str | None
+    max_new_tokens: int
+    future: concurrent.futures.Future
+
+
+class BatchQueue:
+    """Pages from concurrent requests, batched into ``generate`` calls by one worker thread.
+
+    The worker takes the oldest page, waits up to ``wait_seconds`` for more, and runs up to
+    ``batch_size`` pages with the same prompt together (the processor takes one prompt per batch);
+    pages with another prompt wait for the next batch, in arrival order. One thread owns the model,
+    which is not safe to call concurrently.
+    """
+
+    def __init__(self, converter: Converter, batch_size: int, wait_seconds: float, max_queued: int):
+        self.converter = converter
+        self.batch_size = batch_size
+        self.wait_seconds = wait_seconds
+        self.max_queued = max_queued
+        self.batches = 0
+        self.largest_batch = 0
+        self.pages = 0
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._waiting: deque[_Job] = deque()
+        self._thread = threading.Thread(target=self._work, name="jina-ocr-batcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+
+    @property
+    def queued(self) -> int:
+        return self._jobs.qsize() + len(self._waiting)
+
+    def submit(
+        self, image: Image.Image, prompt: str | None, max_new_tokens: int
+    ) -> concurrent.futures.Future:
+        if self.queued >= self.max_queued:
+            raise RequestError(429, f"server busy: {self.queued} pages are queued; retry later")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put(_Job(image, prompt, max_new_tokens, future))
+        return future
+
+    def _next(self, timeout: float | None) -> _Job | None:
+        if self._waiting:
+            return self._waiting.popleft()
+        return self._jobs.get(timeout=timeout)
+
+    def _work(self) -> None:
+        while True:
+            first = self._next(None)
+            if first is None:
+                return
+            batch = [first]
+            passed_over: list[_Job] = []
+            deadline = time.monotonic() + self.wait_seconds
+            stopping = False
+            while len(batch) < self.batch_size:
+                try:
+                    job = self._next(max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                    break
+                (batch if job.prompt == first.prompt else passed_over).append(job)
+            self._waiting.extendleft(reversed(passed_over))
+            self._run([job for job in batch if job.future.set_running_or_notify_cancel()])
+            if stopping:
+                self._jobs.put(None)
+
+    def _run(self, batch: list[_Job]) -> None:
+        for job, outcome in zip(batch, self._generate(batch), strict=True):
+            if isinstance(outcome, Exception):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
+
+    def _generate(self, batch: list[_Job]) -> list[Generation | Exception]:
+        """Outcomes of one batch; if the batch fails, its pages are retried alone so that one bad page
+        does not fail the requests it happened to share a batch with."""
+        if not batch:
+            return []
+        try:
+            generations = self.converter.generate(
+                [job.image for job in batch],
+                prompt=batch[0].prompt,
+                max_new_tokens=[job.max_new_tokens for job in batch],
+            )
+        except Exception as error:
+            if len(batch) == 1:
+                return [error]
+            return [outcome for job in batch for outcome in self._generate([job])]
+        self.batches += 1
+        self.pages += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        return generations
+
+
+@dataclass
+class _Page:
+    """One page of a request: its document, its number and how long it took to render."""
+
+    document: Document
+    number: int
+    render_seconds: float = 0.0
+
+
+class OCRService:
+    """The request-independent state of a server: the converter, its queue and the limits."""
+
+    def __init__(self, converter: Converter, model_id: str, limits: Limits, batch_wait_seconds: float):
+        self.converter = converter
+        self.model_id = model_id
+        self.limits = limits
+        self.queue = BatchQueue(converter, converter.batch_size, batch_wait_seconds, limits.max_queued_pages)
+        self.created = int(time.time())
+
+    def max_new_tokens(self, value, field: str = "max_tokens") -> int:
+        """The client's token limit, capped at the server's; None means the server's."""
+        if value is None:
+            return self.converter.max_new_tokens
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RequestError(400, f"{field} must be a positive integer, not {value!r}")
+        return min(value, self.converter.max_new_tokens)
+
+    def open(self, data: bytes, name: str, password: str | None = None) -> Document:
+        try:
+            return open_document(
+                data, name=name, password=password, dpi=self.converter.dpi, max_pixels=self.limits.max_pixels
+            )
+        except PixelLimitError as error:
+            raise RequestError(413, str(error)) from None
+        except DocumentError as error:
+            raise RequestError(400, str(error)) from None
+
+    def check_page_count(self, count: int) -> None:
+        if count > self.limits.max_pages:
+            raise RequestError(
+                413,
+                f"{count} pages in one request, over the limit of {self.limits.max_pages}; send fewer pages",
+            )
+
+    async def run_pages(
+        self, pages: list[_Page], prompt: str | None, max_new_tokens: int
+    ) -> AsyncIterator[tuple[_Page, Generation | Exception]]:
+        """Render and convert pages in order, keeping at most ``batch_size`` of this request in flight."""
+        window: deque[tuple[_Page, concurrent.futures.Future | Exception]] = deque()
+        try:
+            for page in pages:
+                if len(window) >= self.converter.batch_size:
+                    yield await _settle(*window.popleft())
+                start = time.perf_counter()
+                try:
+                    image = await run_in_threadpool(page.document.render, page.number)
+                except DocumentError as error:
+                    window.append((page, error))
+                    continue
+                finally:
+                    page.render_seconds = time.perf_counter() - start
+                window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
+                del image
+            while window:
+                yield await _settle(*window.popleft())
+        finally:
+            for _, pending in window:
+                if isinstance(pending, concurrent.futures.Future):
+                    pending.cancel()
+
+
+async def _settle(page: _Page, pending) -> tuple[_Page, Generation | Exception]:
+    if isinstance(pending, Exception):
+        return page, pending
+    try:
+        return page, await asyncio.wrap_future(pending)
+    except Exception as error:
+        return page, error
+
+
+def _data_url_bytes(url: str, where: str) -> bytes:
+    if not url.startswith("data:"):
+        scheme = url.split(":", 1)[0] if ":" in url else "no scheme"
+        raise RequestError(
+            400,
+            f"{where}: only data: URLs are accepted (got {scheme!r}); this server never fetches remote "
+            "URLs, send the image inline as data:image/png;base64,...",
+        )
+    header, sep, payload = url[5:].partition(",")
+    if not sep or not header.endswith(";base64"):
+        raise RequestError(400, f"{where}: a data: URL must be base64 encoded (data:<type>;base64,<data>)")
+    try:
+        data = base64.b64decode("".join(payload.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(400, f"{where}: the data: URL does not hold valid base64") from None
+    if not data:
+        raise RequestError(400, f"{where}: the data: URL is empty")
+    return data
+
+
+def _chat_inputs(body) -> tuple[list[tuple[bytes, str]], str | None]:
+    """Images (bytes, where) and the prompt from the last user message of an OpenAI chat request."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list")
+    users = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
+        raise RequestError(400, "messages has no user message")
+    index, message = users[-1]
+    content = message.get("content")
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(parts, list):
+        raise RequestError(400, f"messages[{index}].content must be a string or a list of parts")
+    images, texts = [], []
+    for position, part in enumerate(parts):
+        where = f"messages[{index}].content[{position}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            if part["text"].strip():
+                texts.append(part["text"].strip())
+        elif kind == "image_url":
+            ref = part.get("image_url")
+            url = ref.get("url") if isinstance(ref, dict) else ref
+            if not isinstance(url, str):
+                raise RequestError(400, f"{where}.image_url.url must be a string")
+            images.append((_data_url_bytes(url, where), where))
+        else:
+            raise RequestError(400, f"{where}: unsupported part; use text and image_url parts")
+    if not images:
+        raise RequestError(400, f"messages[{index}] has no image: add an image_url part with a data: URL")
+    return images, "\n".join(texts) or None
+
+
+def create_app(
+    converter: Converter, model_id: str, limits: Limits | None = None, batch_wait_seconds: float = 0.01
+) -> FastAPI:
+    """The ASGI application; the batching worker runs while the application's lifespan does."""
+    service = OCRService(converter, model_id, limits or Limits(), batch_wait_seconds)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.queue.start()
+        try:
+            yield
+        finally:
+            service.queue.stop()
+
+    app = FastAPI(title="jina-ocr", lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodyLimit, max_bytes=service.limits.max_request_bytes)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, error: HTTPException):
+        return JSONResponse(_error_body(error.status_code, str(error.detail)), status_code=error.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, error: RequestValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in error.errors()
+        )
+        return JSONResponse(_error_body(400, problems or "invalid request"), status_code=400)
+
+    @app.get("/health")
+    async def health():
+        queue_ = service.queue
+        return {
+            "status": "ok",
+            "model": service.model_id,
+            "queued_pages": queue_.queued,
+            "batches": queue_.batches,
+            "pages": queue_.pages,
+            "largest_batch": queue_.largest_batch,
+        }
+
+    @app.get("/v1/models")
+    async def models():
+        entry = {
+            "id": service.model_id,
+            "object": "model",
+            "created": service.created,
+            "owned_by": "jina-ocr",
+        }
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestError(400, "the request body is not valid JSON") from None
+        images, prompt = _chat_inputs(body)
+        limit = service.max_new_tokens(
+            body.get("max_completion_tokens", body.get("max_tokens")),
+            "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens",
+        )
+        documents: list[Document] = []
+        try:
+            for data, where in images:
+                documents.append(service.open(data, where))
+            pages = [_Page(d, n) for d in documents for n in range(1, d.page_count + 1)]
+            service.check_page_count(len(pages))
+            for page in pages:  # refuse oversized and empty pages before any work, from their headers
+                page.document.check_page(page.number)
+        except PixelLimitError as error:
+            _close(documents)
+            raise RequestError(413, str(error)) from None
+        except DocumentError as error:
+            _close(documents)
+            raise RequestError(400, str(error)) from None
+        except BaseException:
+            _close(documents)
+            raise
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream = _chat_stream(
+                service, pages, documents, prompt, limit, completion_id, created, include_usage
+            )
+            return StreamingResponse(stream, media_type="text/event-stream")
+        try:
+            texts, prompt_tokens, tokens, truncated = [], 0, 0, False
+            async with aclosing(service.run_pages(pages, prompt, limit)) as outcomes:
+                async for page, outcome in outcomes:
+                    if isinstance(outcome, DocumentError):
+                        raise RequestError(400, str(outcome))
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    texts.append(_chat_page_text(outcome.markdown, page, len(pages)))
+                    prompt_tokens += outcome.prompt_tokens
+                    tokens += outcome.tokens
+                    truncated |= outcome.tokens >= limit
+        finally:
+            _close(documents)
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": service.model_id,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "\n\n".join(texts)},
+                    "finish_reason": "length" if truncated else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": tokens,
+                "total_tokens": prompt_tokens + tokens,
+            },
+        }
+
+    @app.post("/v1/documents")
+    async def documents(
+        file: Annotated[UploadFile, File(description="the PDF or image")],
+        pages: Annotated[str | None, Form(description="pages to convert, e.g. 1-3,7,10-")] = None,
+        password: Annotated[str | None, Form()] = None,
+        prompt: Annotated[str | None, Form()] = None,
+        max_tokens: Annotated[int | None, Form()] = None,
+    ):
+        data = await file.read()
+        name = file.filename or "upload"
+        prompt = (prompt or "").strip() or None  # an empty form field means the default prompt
+        limit = service.max_new_tokens(max_tokens)
+        document = service.open(data, name, password)
+        try:
+            try:
+                numbers = document.select(pages)
+            except UserError as error:  # a malformed selection or a page out of range
+                raise RequestError(400, str(error)) from None
+            service.check_page_count(len(numbers))
+            results = []
+            async with aclosing(
+                service.run_pages([_Page(document, n) for n in numbers], prompt, limit)
+            ) as outcomes:
+                async for page, outcome in outcomes:
+                    if isinstance(outcome, Generation):
+                        results.append(
+                            PageResult(
+                                name,
+                                page.number,
+                                markdown=outcome.markdown,
+                                tokens=outcome.tokens,
+                                seconds=page.render_seconds + outcome.seconds,
+                                fastmtp=outcome.fastmtp,
+                            )
+                        )
+                    else:
+                        reason = (
+                            outcome.reason
+                            if isinstance(outcome, DocumentError)
+                            else f"{type(outcome).__name__}: {outcome}"
+                        )
+                        results.append(
+                            PageResult(name, page.number, seconds=page.render_seconds, error=reason)
+                        )
+        finally:
+            _close([document])
+        return {"source": name, "pages": [result.to_dict() for result in results]}
+
+    return app
+
+
+def _chat_page_text(markdown: str, page: _Page, page_count: int) -> str:
+    """One page's text in a chat answer; with several pages each starts with the page marker."""
+    if page_count == 1:
+        return markdown
+    return f"{PAGE_MARKER.format(page=page.number)}\n\n{markdown}"
+
+
+def _close(documents: list[Document]) -> None:
+    for document in documents:
+        document.close()
+
+
+def _sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+async def _chat_stream(
+    service: OCRService,
+    pages: list[_Page],
+    documents: list[Document],
+    prompt: str | None,
+    limit: int,
+    completion_id: str,
+    created: int,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """Server-sent events in OpenAI's chunk format: a role chunk, one content chunk per page, a finish
+    chunk, optionally a usage chunk, then ``[DONE]``. A failure after the headers went out is sent as
+    an ``error`` event, which OpenAI clients raise."""
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> dict:
+        return {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": service.model_id,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    prompt_tokens = tokens = 0
+    truncated = False
+    try:
+        yield _sse(chunk({"role": "assistant", "content": ""}))
+        first = True
+        async with aclosing(service.run_pages(pages, prompt, limit)) as outcomes:
+            async for page, outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    status = 400 if isinstance(outcome, DocumentError) else 500
+                    yield _sse(_error_body(status, str(outcome)))
+                    return
+                text = _chat_page_text(outcome.markdown, page, len(pages))
+                yield _sse(chunk({"content": text if first else "\n\n" + text}))
+                first = False
+                prompt_tokens += outcome.prompt_tokens
+                tokens += outcome.tokens
+                truncated |= outcome.tokens >= limit
+        yield _sse(chunk({}, "length" if truncated else "stop"))
+        if include_usage:
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": tokens,
+                "total_tokens": prompt_tokens + tokens,
+            }
+            yield _sse({**chunk({}), "choices": [], "usage": usage})
+        yield _sse("[DONE]")
+    finally:
+        _close(documents)
+
+
+def serve(
+    converter: Converter,
+    model_id: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: Limits | None = None,
+    batch_wait_seconds: float = 0.01,
+) -> None:
+    """Run the server until interrupted."""
+    import uvicorn
+
+    uvicorn.run(
+        create_app(converter, model_id, limits, batch_wait_seconds), host=host, port=port, log_level="info"
+    )

@@ -1,0 +1,208 @@
+"""``jina-ocr convert`` on the real PDFs and scans of the shared fixtures, with the tiny exported model.
+
+The model's text is random; the tests check what the command promises: which pages, which files,
+which errors, which exit status. Most runs use ``--mode tiny`` (512 px, one small forward per page)
+to stay fast; one runs the default mode through the installed entry point in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pymupdf
+import pytest
+from test_documents import handwritten_pdf
+
+from jina_ocr import conversion
+from jina_ocr.cli import main
+from jina_ocr.commands.convert import write_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "samples" / "sample.pdf"
+FAST = ["--mode", "tiny", "--max-new-tokens", "2"]
+
+
+@pytest.fixture()
+def run(tiny_export, capsys):
+    """Run ``jina-ocr convert ARGS`` in this process; returns (exit status, stdout, stderr)."""
+
+    def invoke(*args) -> tuple[int, str, str]:
+        status = main(["convert", *map(str, args), "--model", str(tiny_export), *FAST])
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return invoke
+
+
+def markers(markdown: str) -> list[str]:
+    return re.findall(r"<!-- page (\d+)(?::| -->)", markdown)
+
+
+def test_page_selection_to_stdout(run):
+    status, out, err = run(SAMPLE, "--pages", "2")
+    assert status == 0, err
+    assert markers(out) == ["2"]
+    assert out.startswith("<!-- page 2 -->\n\n")
+    assert "tok/s" in err and "1/1" in err  # the progress bar counts pages and shows throughput
+
+
+def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
+    out = tmp_path / "nested" / "out"
+    status, stdout, err = run(SAMPLE, fixtures_dir / "tesseract" / "eurotext.tif", "-o", out)
+    assert status == 0, err
+    assert stdout == ""
+    assert sorted(p.name for p in out.iterdir()) == ["eurotext.md", "sample.md"]
+    assert markers((out / "sample.md").read_text()) == ["1", "2"]
+
+    status, _, err = run(fixtures_dir / "olmocr" / "earnings.pdf", "--format", "json", "-o", out)
+    assert status == 0, err
+    record = json.loads((out / "earnings.json").read_text())
+    assert record["source"] == str(fixtures_dir / "olmocr" / "earnings.pdf")
+    [page] = record["pages"]
+    assert set(page) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
+    assert page["page"] == 1 and page["error"] is None and isinstance(page["markdown"], str)
+    assert 0 <= page["tokens"] <= 2 and page["seconds"] > 0
+    assert isinstance(page["fastmtp"], dict)  # FastMTP is on by default
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_json_to_stdout_without_fastmtp(run, fixtures_dir):
+    status, out, err = run(fixtures_dir / "olmocr" / "blank_book_pg1.pdf", "--format", "json", "--no-mtp")
+    assert status == 0, err
+    record = json.loads(out)
+    assert [p["page"] for p in record["pages"]] == [1] and record["pages"][0]["fastmtp"] is None
+
+
+def test_corrupt_pdf_fails_before_the_model_loads(fixtures_dir, tmp_path, capsys):
+    data = (fixtures_dir / "olmocr" / "olmo2-pg4.pdf").read_bytes()
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(data[: len(data) // 2])
+    # The model folder does not exist: the command must stop on the document before needing it.
+    status = main(["convert", str(cut), "-o", str(tmp_path / "out"), "--model", str(tmp_path / "no-model")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"error: {cut}: is truncated" in err
+    assert not (tmp_path / "out").exists()
+
+
+def encrypted_copy(source: Path, target: Path, password: str) -> Path:
+    document = pymupdf.open(source)
+    document.save(target, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw=password, owner_pw=password + "!")
+    return target
+
+
+def test_encrypted_pdf_with_and_without_password(run, fixtures_dir, tmp_path):
+    locked = encrypted_copy(
+        fixtures_dir / "olmocr" / "multi_column_miss.pdf", tmp_path / "locked.pdf", "open sesame"
+    )
+    status, out, err = run(locked)
+    assert status == 1 and out == ""
+    assert f"{locked}: is encrypted: a password is needed" in err
+    status, out, err = run(locked, "--password", "wrong")
+    assert status == 1 and "the password is wrong" in err
+    status, out, err = run(locked, "--password", "open sesame")
+    assert status == 0, err
+    assert markers(out) == ["1"]
+
+
+def test_page_out_of_range(run):
+    status, out, err = run(SAMPLE, "--pages", "2-3")
+    assert status == 1 and out == ""
+    assert f"{SAMPLE}, page 3: out of range: the document has 2 pages" in err
+
+
+def test_non_document_file(run, fixtures_dir):
+    status, out, err = run(fixtures_dir / "olmocr" / "tests.jsonl")
+    assert status == 1 and out == ""
+    assert "tests.jsonl: is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image" in err
+
+
+def test_mixed_list_converts_the_good_inputs_and_reports_the_bad(run, fixtures_dir, tmp_path):
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.7\n" + b"\x00garbage" * 100)
+    missing = tmp_path / "missing.png"
+    out = tmp_path / "out"
+    status, _, err = run(
+        fixtures_dir / "olmocr" / "mathfuncs.pdf",
+        broken,
+        missing,
+        fixtures_dir / "tesseract" / "phototest.tif",
+        "-o",
+        out,
+    )
+    assert status == 1
+    assert sorted(p.name for p in out.iterdir()) == ["mathfuncs.md", "phototest.md"]
+    assert f"{broken}: is not a readable PDF" in err and f"{missing}: no such file" in err
+
+
+def test_a_bad_page_is_reported_and_the_rest_converts(run, tmp_path):
+    holes = tmp_path / "holes.pdf"
+    holes.write_bytes(handwritten_pdf(b"/MediaBox [0 0 300 400]", [b"", b"/MediaBox [0 0 0 0]", b""]))
+    status, _, err = run(holes, "-o", tmp_path)
+    assert status == 1
+    assert f"{holes}, page 2: page has zero size" in err
+    text = (tmp_path / "holes.md").read_text()
+    assert markers(text) == ["1", "2", "3"]
+    assert "<!-- page 2: not converted: page has zero size" in text
+
+
+def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
+    status, out, err = run(fixtures_dir / "tesseract", "--pages", "1", "--format", "json")
+    assert status == 0, err
+    sources = [json.loads(line)["source"] for line in out.splitlines()]
+    assert [Path(s).name for s in sources] == ["eurotext.tif", "phototest-rotated-L.png", "phototest.tif"]
+
+    assert run(SAMPLE, "--pages", "2-1")[0] == 2  # malformed selection: usage error, nothing runs
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "sample.pdf").write_bytes(SAMPLE.read_bytes())
+    status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "-o", tmp_path)
+    assert status == 2 and "would both be written to sample.md" in err
+
+
+def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, tmp_path, monkeypatch):
+    generate = conversion.Converter.generate
+    calls = []
+
+    def interrupted_on_second_document(self, images, **options):
+        calls.append(len(images))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return generate(self, images, **options)
+
+    monkeypatch.setattr(conversion.Converter, "generate", interrupted_on_second_document)
+    out = tmp_path / "out"
+    status, _, err = run(fixtures_dir / "tesseract" / "phototest.tif", SAMPLE, "-o", out, "--batch-size", "1")
+    assert status == 130 and "interrupted" in err
+    assert [p.name for p in out.iterdir()] == ["phototest.md"]  # sample.md was never half written
+
+
+def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
+    target = tmp_path / "doc.md"
+    target.write_text("old\n")
+
+    def power_cut(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("os.fsync", power_cut)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, "new text that never lands\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.md"]
+
+
+def test_installed_command_runs_the_default_mode(tiny_export, fixtures_dir):
+    """A fresh process through the real entry point, default resolution mode and FastMTP on."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jina_ocr.cli", "convert", str(fixtures_dir / "olmocr" / "earnings.pdf")]
+        + ["--model", str(tiny_export), "--max-new-tokens", "2", "--dpi", "40"],  # 340 x 440 px: no tiles
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!-- page 1 -->\n\n")
+    assert "tok/s" in done.stderr
