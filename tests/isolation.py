@@ -21,8 +21,10 @@ class _HubUserFinder(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"{name} is not installed for a Hub user", name=name)
         return None
 sys.meta_path.insert(0, _HubUserFinder())
+import os
 _repo = __REPO__
-sys.path[:] = [p for p in sys.path if p and not p.startswith(_repo)]
+# Drop the checkout itself (and the current directory); a virtual environment inside it stays.
+sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != _repo]
 """
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +44,7 @@ def run_as_hub_user(
     The child is offline unless ``env`` says otherwise: its entries are set on top of the defaults, and
     an entry whose value is None removes that variable (``{"HF_HUB_OFFLINE": None}`` lets the child
     download from ``HF_ENDPOINT``)."""
-    script = _GUARD.replace("__REPO__", repr(str(REPO_ROOT))) + textwrap.dedent(code)
+    script = _GUARD.replace("__REPO__", repr(os.path.realpath(REPO_ROOT))) + textwrap.dedent(code)
     child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     child_env.update(
         HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false"
