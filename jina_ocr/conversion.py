@@ -33,13 +33,13 @@ from jina_ocr.documents import (
     open_document,
 )
 from jina_ocr.errors import UserError
+from jina_ocr.models import BUNDLED as BUNDLED_MODEL
 
 DEFAULT_BATCH_SIZE = 4
 DEFAULT_MAX_NEW_TOKENS = 4096
 """jina-ocr-v1's default; a dense page is about 1,100 tokens, so this leaves room for the densest."""
 
 MODEL_ENV = "JINA_OCR_MODEL"
-BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "jina-ocr-tiny"
 
 PAGE_MARKER = "<!-- page {page} -->"
 """Line that starts each page in Markdown output: an HTML comment, invisible when rendered, that keeps

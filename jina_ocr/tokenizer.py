@@ -137,6 +137,12 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     backend.decoder = decoders.ByteLevel()
     specials = [BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, *ADDED_SPECIAL_TOKENS]
     backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
+    return wrap_tokenizer(backend)
+
+
+def wrap_tokenizer(backend: Tokenizer) -> PreTrainedTokenizerFast:
+    """A byte-level ``backend`` holding the special tokens, as the Transformers tokenizer of the real
+    checkpoint's shape: BOS prepended on encode, BOS/EOS/PAD and the role tags declared."""
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A", pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B", special_tokens=[(BOS_TOKEN, 0)]
     )

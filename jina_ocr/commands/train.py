@@ -1,0 +1,106 @@
+"""``jina-ocr train``: train a small jina-ocr model on JinaOCRSynth pages (``sft``), then its FastMTP head (``mtp``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jina_ocr.errors import UserError
+
+NAME = "train"
+HELP = "Train a small model on synthetic pages (sft), then its FastMTP head by self-distillation (mtp)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    stages = parser.add_subparsers(dest="stage", required=True, metavar="{sft,mtp}")
+    sft = stages.add_parser(
+        "sft",
+        help="supervised training of the whole model (teacher forcing on ground-truth Markdown)",
+        description="Train the whole model on synth pages; run again with the same OUT to resume.",
+    )
+    sft.add_argument(
+        "out", type=Path, help="run folder: model/, checkpoint.pt, log.jsonl (resumes if present)"
+    )
+    sft.add_argument(
+        "--steps", type=int, default=1500, help="optimizer steps; the schedule ends there (1500)"
+    )
+    sft.add_argument("--batch-size", type=int, default=8, help="pages per step (8)")
+    sft.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of AdamW (1e-3)")
+    sft.add_argument("--min-lr-ratio", type=float, default=0.1, help="final / peak learning rate (0.1)")
+    sft.add_argument("--grad-clip", type=float, default=1.0, help="gradient-norm clipping threshold (1.0)")
+    sft.add_argument("--warmup", type=int, default=100, help="linear warm-up steps (100)")
+    sft.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay on matrices (0.05)")
+    sft.add_argument("--seed", type=int, default=0, help="seed of the training pages, tokenizer and init (0)")
+    sft.add_argument("--eval-seed", type=int, default=1, help="seed of the held-out pages (1)")
+    sft.add_argument("--eval-every", type=int, default=250, help="steps between held-out evaluations (250)")
+    sft.add_argument("--eval-pages", type=int, default=16, help="held-out pages per evaluation (16)")
+    sft.add_argument("--log-every", type=int, default=10, help="steps per logged mean loss (10)")
+    sft.add_argument("--checkpoint-minutes", type=float, default=5.0, help="minutes between checkpoints (5)")
+    sft.add_argument("--max-minutes", type=float, help="stop (and checkpoint) after this long; resume later")
+    sft.add_argument(
+        "--stop-at",
+        type=int,
+        help="stop (and checkpoint) after this step; the schedule still ends at --steps",
+    )
+    sft.add_argument("--init", type=Path, help="fine-tune these model files instead of starting from scratch")
+    sft.add_argument("--tokenizer-pages", type=int, default=300, help="pages the tokenizer is learnt from")
+    sft.add_argument("--vocab-size", type=int, default=2048, help="tokenizer size with specials (2048)")
+    sft.add_argument("--max-target-tokens", type=int, default=192, help="ground-truth tokens per page (192)")
+    sft.add_argument("--freeze-vision", action="store_true", help="keep SAM and CLIP fixed (with --init)")
+    sft.add_argument(
+        "--gradient-checkpointing", action="store_true", help="recompute activations to save memory"
+    )
+    sft.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA with bf16, or CPU)")
+    sft.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    sft.add_argument("--workers", type=int, default=1, help="DataLoader processes that render pages (1)")
+    sft.add_argument("--threads", type=int, help="torch CPU threads of the training process")
+
+    mtp = stages.add_parser(
+        "mtp",
+        help="train the FastMTP head on the frozen model's own greedy outputs (self-distillation)",
+        description="Train the FastMTP head with the main model frozen; writes OUT/model.",
+    )
+    mtp.add_argument("model", type=Path, help="model files of a finished sft run (its model/ folder)")
+    mtp.add_argument("out", type=Path, help="run folder: distill.pt (the greedy outputs), model/, log.jsonl")
+    mtp.add_argument("--pages", type=int, default=256, help="synth pages to self-distil (256)")
+    mtp.add_argument("--seed", type=int, default=2, help="seed of those pages; use one sft never saw (2)")
+    mtp.add_argument("--epochs", type=int, default=3, help="passes over the distilled sequences (3)")
+    mtp.add_argument("--batch-size", type=int, default=8, help="sequences per step (8)")
+    mtp.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of AdamW (1e-3)")
+    mtp.add_argument("--held-out", type=int, default=32, help="distilled sequences kept for evaluation (32)")
+    mtp.add_argument("--max-new-tokens", type=int, default=192, help="greedy tokens per page (192)")
+    mtp.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    mtp.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.stage == "sft":
+        from jina_ocr.train.sft import SFTOptions, train_sft
+
+        names = {f for f in SFTOptions.__dataclass_fields__ if f != "recipe"}
+        options = SFTOptions(**{name: getattr(args, name) for name in names})
+        _check_positive(options.steps, "--steps")
+        _check_positive(options.batch_size, "--batch-size")
+        if options.init is not None and not (options.init / "config.json").exists():
+            raise UserError(f"--init {options.init}: no config.json there; give the model/ folder of a run")
+        folder = train_sft(options)
+    else:
+        from jina_ocr.train.mtp import MTPOptions, train_mtp
+
+        names = set(MTPOptions.__dataclass_fields__)
+        options = MTPOptions(**{name: getattr(args, name) for name in names})
+        _check_positive(options.pages, "--pages")
+        if options.held_out >= options.pages:
+            raise UserError(
+                f"--held-out {options.held_out} leaves no training pages out of --pages {options.pages}"
+            )
+        if not (options.model / "config.json").exists():
+            raise UserError(f"{options.model}: no config.json there; give the model/ folder of an sft run")
+        folder = train_mtp(options)
+    print(f"model files: {folder}")
+    return 0
+
+
+def _check_positive(value: int, flag: str) -> None:
+    if value < 1:
+        raise UserError(f"{flag} must be at least 1, got {value}")

@@ -1,0 +1,121 @@
+"""Training batches from JinaOCRSynth pages, generated on the fly in DataLoader workers.
+
+Page ``index`` of a run seed is always the same page (its synth seed is ``page_seed(seed, index)`` and
+its profile and type size come from :class:`~jina_ocr.train.recipe.PageRecipe`), and the DataLoader
+hands pages over in index order whatever the number of workers, so a resumed run sees exactly the pages
+an uninterrupted one would have seen.
+
+Every page uses the same prompt and the processor mode has no tiles, so the prompt (chat template plus
+image placeholders) is one fixed id sequence; a training row is that prompt followed by the page's
+ground-truth Markdown and EOS, with the labels masked (-100) on the prompt and on padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+from torch.utils.data import IterableDataset, get_worker_info
+
+from jina_ocr.synth import SynthPage, generate_page, page_seed
+from jina_ocr.synth.page import PageTooSmallError
+from jina_ocr.train.recipe import PageRecipe
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Example:
+    """One page: its single global view (3, S, S), its target ids (Markdown + EOS) and its Markdown."""
+
+    index: int
+    pixel_values: torch.Tensor
+    target_ids: list[int]
+    markdown: str
+
+
+def target_ids(tokenizer, markdown: str, max_tokens: int) -> list[int]:
+    """Ground-truth ids: the Markdown then EOS, cut to ``max_tokens`` (a cut row has no EOS to learn)."""
+    ids = tokenizer.encode(markdown.strip(), add_special_tokens=False) + [tokenizer.eos_token_id]
+    return ids[:max_tokens]
+
+
+def prompt_ids(processor, prompt: str | None = None) -> list[int]:
+    """The ids of a one-page request in the processor's (untiled) mode: template plus placeholders."""
+    if processor.image_processor.grid_for(1000, 1000) is not None:
+        raise ValueError(
+            f"training needs an untiled processor mode, got {processor.image_processor.mode!r}: "
+            "tiles give every page its own prompt length"
+        )
+    blank = Image.new("RGB", (64, 64), "white")
+    return processor(images=[blank], text=[processor.build_prompt(prompt)])["input_ids"][0].tolist()
+
+
+class SynthPageStream(IterableDataset):
+    """Pages ``start, start+1, ...`` of ``seed`` as :class:`Example` objects, without end.
+
+    Worker ``w`` of ``n`` makes the pages whose index is ``w`` modulo ``n`` (counted from ``start``),
+    which is the order in which the DataLoader interleaves the workers. A page the generator cannot
+    lay out is skipped, the same one on every run.
+    """
+
+    def __init__(self, processor, seed: int, recipe: PageRecipe, start: int, max_target_tokens: int):
+        self.image_processor = processor.image_processor
+        self.tokenizer = processor.tokenizer
+        self.seed = seed
+        self.recipe = recipe
+        self.start = start
+        self.max_target_tokens = max_target_tokens
+
+    def __iter__(self) -> Iterator[Example]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            torch.set_num_threads(1)  # the main process owns the cores for the model
+        index = self.start + worker
+        while True:
+            page = self.page(index)
+            if page is not None:
+                yield self.example(index, page)
+            index += workers
+
+    def page(self, index: int) -> SynthPage | None:
+        try:
+            return generate_page(page_seed(self.seed, index), **self.recipe.page_kwargs(self.seed, index))
+        except PageTooSmallError:
+            return None
+
+    def example(self, index: int, page: SynthPage) -> Example:
+        pixels = self.image_processor([page.image])["pixel_values"][0]
+        return Example(
+            index, pixels, target_ids(self.tokenizer, page.markdown, self.max_target_tokens), page.markdown
+        )
+
+
+class Collator:
+    """Rows of ``prompt + target``, right-padded; labels are the targets only (causal-LM convention)."""
+
+    def __init__(self, prompt: list[int], pad_token_id: int):
+        self.prompt = prompt
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, examples: list[Example]) -> dict[str, torch.Tensor]:
+        length = len(self.prompt) + max(len(e.target_ids) for e in examples)
+        input_ids = torch.full((len(examples), length), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
+        attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
+        for row, example in enumerate(examples):
+            ids = self.prompt + example.target_ids
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, len(self.prompt) : len(ids)] = torch.tensor(example.target_ids)
+            attention_mask[row, : len(ids)] = 1
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "pixel_values": torch.stack([e.pixel_values for e in examples]),
+            "image_grids": torch.zeros((len(examples), 2), dtype=torch.long),
+            "indices": torch.tensor([e.index for e in examples]),
+        }

@@ -1,0 +1,285 @@
+"""Supervised training of the whole model on JinaOCRSynth pages (teacher forcing on ground-truth Markdown).
+
+A run lives in one output folder:
+
+- ``model/``: the latest weights, config, tokenizer and settings (:mod:`jina_ocr.train.model_files`),
+  rewritten at every checkpoint, so an interrupted run still leaves a usable model;
+- ``checkpoint.pt``: weights, optimizer and schedule state and the index of the next training page,
+  from which ``resume`` continues exactly where the run stopped;
+- ``log.jsonl``: one line per logging interval (mean loss, learning rate, pages per second) and one
+  per evaluation (character error rate of greedy transcriptions of held-out pages);
+- ``options.json``: the options of the run, for the record.
+
+Training pages and held-out pages come from different run seeds, so no held-out page is ever trained
+on; the tokenizer is learnt from a third set of pages of the training seed (negative indices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from jina_ocr.errors import UserError
+from jina_ocr.synth import generate_page, page_seed
+from jina_ocr.train.data import Collator, SynthPageStream, prompt_ids
+from jina_ocr.train.evaluate import character_error_rate, transcribe
+from jina_ocr.train.model_files import (
+    build_processor,
+    load_model_files,
+    load_settings,
+    save_model_files,
+)
+from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
+from jina_ocr.train.tokenizer import train_tokenizer
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class SFTOptions:
+    """Options of :func:`train_sft`; the command line mirrors them one to one."""
+
+    out: Path
+    steps: int = 1500
+    batch_size: int = 8
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_seed: int = 1
+    eval_every: int = 250
+    eval_pages: int = 16
+    log_every: int = 10
+    checkpoint_minutes: float = 5.0
+    max_minutes: float | None = None
+    stop_at: int | None = None
+    init: Path | None = None
+    tokenizer_pages: int = 300
+    vocab_size: int = 2048
+    max_target_tokens: int = 192
+    freeze_vision: bool = False
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+    device: str | None = None
+    workers: int = 1
+    threads: int | None = None
+    recipe: PageRecipe = field(default_factory=PageRecipe)
+
+
+def recipe_pages(recipe: PageRecipe, seed: int, indices):
+    """The synth pages ``indices`` of run ``seed`` under ``recipe`` (pages too small to lay out skipped)."""
+    from jina_ocr.synth.page import PageTooSmallError
+
+    pages = []
+    for index in indices:
+        try:
+            pages.append(generate_page(page_seed(seed, index), **recipe.page_kwargs(seed, index)))
+        except PageTooSmallError:
+            continue
+    return pages
+
+
+def learning_rate_factor(step: int, options: SFTOptions) -> float:
+    """Linear warm-up to the peak, then a cosine down to ``min_lr_ratio`` of it at ``options.steps``."""
+    if step < options.warmup:
+        return (step + 1) / options.warmup
+    progress = min(1.0, (step - options.warmup) / max(1, options.steps - options.warmup))
+    return options.min_lr_ratio + (1 - options.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _device(options: SFTOptions) -> torch.device:
+    if options.device:
+        return torch.device(options.device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu"
+
+
+def _new_model(options: SFTOptions, model_dir: Path):
+    """The starting model and processor: ``options.init``'s files, or fresh weights and a learnt tokenizer."""
+    if options.init is not None:
+        model, processor = load_model_files(options.init)
+        settings = load_settings(options.init)
+        settings["init"] = str(options.init)
+        return model, processor, settings
+    from jina_ocr.remote_code.processing_jina_ocr import JINA_DEFAULT_PROMPT
+
+    pages = recipe_pages(options.recipe, options.seed, range(-1, -options.tokenizer_pages - 1, -1))
+    # The prompt is written on every request: weighted like many pages, its words become single tokens,
+    # which shortens every training row.
+    corpus = [page.markdown for page in pages] + [JINA_DEFAULT_PROMPT] * 50
+    processor = build_processor(train_tokenizer(corpus, options.vocab_size), PROCESSOR_MODE)
+    torch.manual_seed(options.seed)
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+
+    model = JinaOCRForConditionalGeneration(model_config(processor.tokenizer))
+    settings = {"processor_mode": PROCESSOR_MODE}
+    return model, processor, settings
+
+
+def _parameter_groups(model, weight_decay: float):
+    """Decay matrices; leave norms, biases and the special vectors (image newline, separator) alone."""
+    decay, plain = [], []
+    for _, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (decay if parameter.ndim >= 2 else plain).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+
+
+def _log(out: Path, record: dict) -> None:
+    with open(out / "log.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+def train_sft(options: SFTOptions) -> Path:
+    """Train (or resume) the run in ``options.out``; returns the folder of the trained model files."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = out / "model"
+    checkpoint_path = out / CHECKPOINT
+    device = _device(options)
+    if options.bf16 and not _bf16_supported(device):
+        raise UserError(f"bf16 is not supported on {device}; leave out --bf16")
+
+    if checkpoint_path.exists():
+        model, processor = load_model_files(model_dir, weights=False)
+        settings = load_settings(model_dir)
+        state = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+    else:
+        model, processor, settings = _new_model(options, model_dir)
+        state = None
+    settings["sft"] = {
+        key: str(value) if isinstance(value, Path) else value
+        for key, value in dataclasses.asdict(options).items()
+        if key not in ("out", "device", "workers", "threads")
+    }
+    (out / "options.json").write_text(json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8")
+
+    model.to(device).train()
+    if options.freeze_vision:
+        for tower in (model.model.sam_model, model.model.vision_model):
+            tower.requires_grad_(False)
+    if options.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(
+        _parameter_groups(model, options.weight_decay), lr=options.lr, betas=(0.9, 0.95)
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, options))
+    step, next_index = 0, 1
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step, next_index = state["step"], state["next_index"]
+
+    def save_checkpoint() -> None:
+        settings["steps_trained"] = step
+        save_model_files(model_dir, model, processor.tokenizer, settings)
+        tmp = checkpoint_path.with_suffix(".tmp")
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "step": step,
+                "next_index": next_index,
+            },
+            tmp,
+        )
+        tmp.replace(checkpoint_path)
+
+    held_out = recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1))
+
+    def evaluate() -> None:
+        started = time.perf_counter()
+        predictions = transcribe(
+            model, processor, [p.image for p in held_out], max_new_tokens=options.max_target_tokens
+        )
+        cer = character_error_rate(predictions, [p.markdown for p in held_out])
+        _log(
+            out,
+            {
+                "step": step,
+                "eval_cer": round(cer, 4),
+                "eval_pages": len(held_out),
+                "eval_seconds": round(time.perf_counter() - started, 1),
+                "sample": predictions[0][:200],
+            },
+        )
+
+    if state is None:
+        save_checkpoint()
+    stream = SynthPageStream(processor, options.seed, options.recipe, next_index, options.max_target_tokens)
+    loader = DataLoader(
+        stream,
+        batch_size=options.batch_size,
+        collate_fn=Collator(prompt_ids(processor), processor.tokenizer.pad_token_id),
+        num_workers=options.workers,
+        prefetch_factor=4 if options.workers else None,
+        persistent_workers=False,
+    )
+    started = last_checkpoint = last_log = time.perf_counter()
+    losses: list[float] = []
+    pages_since_log = 0
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.bf16)
+    for batch in loader:
+        if step >= options.steps:
+            break
+        indices = batch.pop("indices")
+        batch = {key: value.to(device) for key, value in batch.items()}
+        with autocast:
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        next_index = int(indices.max()) + 1
+        losses.append(loss.item())
+        pages_since_log += len(indices)
+        now = time.perf_counter()
+        if step % options.log_every == 0 or step == options.steps:
+            _log(
+                out,
+                {
+                    "step": step,
+                    "pages": next_index - 1,
+                    "loss": round(sum(losses) / len(losses), 4),
+                    "lr": scheduler.get_last_lr()[0],
+                    "pages_per_s": round(pages_since_log / (now - last_log), 2),
+                    "minutes": round((now - started) / 60, 2),
+                },
+            )
+            losses, pages_since_log, last_log = [], 0, now
+        if options.eval_every and step % options.eval_every == 0:
+            evaluate()
+        out_of_time = options.max_minutes is not None and now - started > options.max_minutes * 60
+        stop = out_of_time or step == options.stop_at
+        if now - last_checkpoint > options.checkpoint_minutes * 60 or stop:
+            save_checkpoint()
+            last_checkpoint = time.perf_counter()
+        if stop:
+            reason = "max_minutes reached" if out_of_time else f"stopped at step {step}"
+            _log(out, {"step": step, "stopped": f"{reason}; run again to resume"})
+            return model_dir
+    if not options.eval_every or step % options.eval_every:
+        evaluate()
+    save_checkpoint()
+    return model_dir

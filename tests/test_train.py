@@ -1,0 +1,128 @@
+"""Training: the smoke run of ``jina-ocr train sft`` / ``train mtp`` and the pieces whose rules matter
+(label masking, the FastMTP pairing and loss weights, resumption, the special tokens of the tokenizer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from jina_ocr.cli import main
+from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
+from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
+from jina_ocr.train.evaluate import character_error_rate
+from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
+from jina_ocr.train.tokenizer import train_tokenizer
+
+CORPUS = ["# A heading\n\nSome body text of a page.", "<table><tr><td>1</td></tr></table> and $x^2$"] * 5
+
+
+def _log(folder):
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    """Two steps of sft on two-page batches, then one more step resumed from the checkpoint."""
+    out = tmp_path_factory.mktemp("train") / "sft"
+    common = ["train", "sft", str(out), "--batch-size", "2", "--tokenizer-pages", "3", "--vocab-size", "400"]
+    common += ["--eval-pages", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "24"]
+    common += ["--warmup", "1", "--threads", "2", "--workers", "0"]
+    assert main([*common, "--steps", "2"]) == 0
+    first = _log(out)
+    assert main([*common, "--steps", "3"]) == 0
+    return out, first, _log(out)
+
+
+def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
+    out, first, log = sft_run
+    losses = [r for r in log if "loss" in r]
+    assert [r["step"] for r in losses] == [1, 2, 3]
+    assert all(r["loss"] > 0 for r in losses)
+    # The resumed step trains on the pages after those of the first two steps.
+    assert losses[1]["pages"] == 4 and losses[2]["pages"] == 6
+    evals = [r for r in log if "eval_cer" in r]
+    assert [r["step"] for r in evals] == [2, 3] and all(r["eval_cer"] >= 0 for r in evals)
+    assert len(first) < len(log)
+    files = {p.name for p in (out / "model").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files
+    assert json.loads((out / "model" / "jina_ocr_model.json").read_text())["steps_trained"] == 3
+
+
+def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):
+    from safetensors.torch import load_file
+
+    sft_out = sft_run[0]
+    out = tmp_path / "mtp"
+    args = ["train", "mtp", str(sft_out / "model"), str(out), "--pages", "3", "--held-out", "1"]
+    assert main([*args, "--epochs", "1", "--batch-size", "2", "--max-new-tokens", "6", "--threads", "2"]) == 0
+    log = _log(out)
+    assert [len(r["loss_per_depth"]) for r in log if "loss" in r] == [3]
+    assert len([r for r in log if "held_out_accuracy_per_depth" in r]) == 2
+    before = load_file(str(sft_out / "model" / "model.safetensors"))
+    after = load_file(str(out / "model" / "model.safetensors"))
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("mtp_module.") for k in changed)
+
+
+def test_depth_weights_are_fastmtp_s():
+    assert [round(w, 2) for w in depth_weights(3)] == [0.51, 0.31, 0.18]
+    assert sum(depth_weights(5)) == pytest.approx(1.0)
+
+
+def test_labels_cover_the_target_only():
+    collator = Collator(prompt=[5, 6, 7], pad_token_id=2)
+    examples = [
+        Example(1, torch.zeros(3, 4, 4), [10, 11, 1], "ab"),
+        Example(2, torch.zeros(3, 4, 4), [12, 1], "c"),
+    ]
+    batch = collator(examples)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 10, 11, 1], [5, 6, 7, 12, 1, 2]]
+    assert batch["labels"].tolist() == [[-100, -100, -100, 10, 11, 1], [-100, -100, -100, 12, 1, -100]]
+    assert batch["attention_mask"].tolist() == [[1] * 6, [1] * 5 + [0]]
+
+
+def test_tokenizer_keeps_the_real_special_tokens_in_order():
+    tokenizer = train_tokenizer(CORPUS, vocab_size=300)
+    assert [tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)] == [0, 1, 2]
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ADDED_SPECIAL_TOKENS]
+    assert ids == sorted(ids) and ids[-1] == len(tokenizer) - 1
+    text = "<table><tr><td>1</td></tr></table> ünïcödé"
+    encoded = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.convert_tokens_to_ids("<td>") in encoded
+    assert tokenizer.decode(encoded) == text
+
+
+def test_character_error_rate():
+    assert character_error_rate(["abc", "xyz"], ["abc", "xyz"]) == 0.0
+    assert character_error_rate(["abd", ""], ["abc", "x"]) == pytest.approx(2 / 4)
+
+
+def test_mtp_pairing_matches_the_drafter_convention():
+    """Depth 1 entry j reads (x_{j+1}, h_j) at position j and is scored against x_{j+2}; depth 2 entry j
+    reads (x_{j+2}, head state of depth 1 at j) at position j+1. Recomputed here entry by entry."""
+    from small_config import SMALL
+
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).eval()
+    ids = torch.tensor([[3, 9, 11, 12, 13, 14]])
+    hidden = torch.randn(1, 6, SMALL["hidden_size"])
+    targets = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 11, 12, 13, 14]])
+    batch = collate([{"ids": ids[0], "prompt_length": 2, "hidden": hidden[0]}], pad_token_id=0)
+    with torch.no_grad():
+        losses, _, counted = mtp_losses(model, batch["ids"], batch["hidden"], batch["targets"], depths=2)
+        head, embed, norm = model.mtp_module.heads[0], model.get_input_embeddings(), model.model.norm
+        positions = torch.arange(5)[None]
+        out1 = head(embed(ids[:, 1:6]), hidden[:, :5], positions)
+        logits1 = model.logits(norm(out1))
+        expected1 = torch.nn.functional.cross_entropy(logits1[0, :4], targets[0, 2:6])
+        feedback = norm(out1) if model.config.mtp_feedback_hidden == "post_norm" else out1
+        out2 = head(embed(ids[:, 2:6]), feedback[:, :4], positions[:, :4] + 1)
+        expected2 = torch.nn.functional.cross_entropy(model.logits(norm(out2))[0, :3], targets[0, 3:6])
+    assert counted == [4, 3]
+    torch.testing.assert_close(losses[0], expected1)
+    torch.testing.assert_close(losses[1], expected2)
