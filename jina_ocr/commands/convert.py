@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
 from jina_ocr.documents import (
     DEFAULT_DPI,
@@ -77,21 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_PIXELS,
         help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
     )
-    parser.add_argument(
-        "--mode",
-        choices=("tiny", "small", "base", "large", "gundam"),
-        help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
-        "(default: the model's, gundam for jina-ocr-v1)",
-    )
-    parser.add_argument(
-        "--device", help="torch device, e.g. cuda, cuda:1, mps, cpu (default: best available)"
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        default="auto",
-        help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
-    )
+    add_runtime_arguments(parser)
 
 
 def _expand(inputs: list[str]) -> list[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
 from jina_ocr.documents import DEFAULT_DPI
 from jina_ocr.errors import UserError
@@ -56,21 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=40_000_000,
         help="largest page bitmap in pixels (default: %(default)s)",
     )
-    parser.add_argument(
-        "--mode",
-        choices=("tiny", "small", "base", "large", "gundam"),
-        help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
-        "(default: the model's, gundam for jina-ocr-v1)",
-    )
-    parser.add_argument(
-        "--device", help="torch device, e.g. cuda, cuda:1, mps, cpu (default: best available)"
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        default="auto",
-        help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
-    )
+    add_runtime_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
-        use_mtp=not args.no_mtp,
+        use_mtp=False if args.no_mtp else None,
         dpi=args.dpi,
         mode=args.mode,
     )
