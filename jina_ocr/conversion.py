@@ -68,6 +68,18 @@ class PageResult:
     def ok(self) -> bool:
         return self.error is None
 
+    @classmethod
+    def converted(cls, source: str, page: int, generation: Generation, render_seconds: float) -> PageResult:
+        """A successful page: what ``generate`` made of it, timed from rendering to decoding."""
+        return cls(
+            source,
+            page,
+            markdown=generation.markdown,
+            tokens=generation.tokens,
+            seconds=render_seconds + generation.seconds,
+            fastmtp=generation.fastmtp,
+        )
+
     def to_dict(self) -> dict:
         """The per-page JSON object of ``jina-ocr convert --format json`` and ``POST /v1/documents``."""
         return {
@@ -352,14 +364,7 @@ class Converter:
             reason = f"{type(error).__name__}: {error}"
             return [PageResult(source, batch[0].number, seconds=batch[0].seconds, error=reason)]
         return [
-            PageResult(
-                source,
-                page.number,
-                markdown=generation.markdown,
-                tokens=generation.tokens,
-                seconds=page.seconds + generation.seconds,
-                fastmtp=generation.fastmtp,
-            )
+            PageResult.converted(source, page.number, generation, page.seconds)
             for page, generation in zip(batch, generations, strict=True)
         ]
 

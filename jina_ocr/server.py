@@ -503,16 +503,7 @@ def create_app(
             ) as outcomes:
                 async for page, outcome in outcomes:
                     if isinstance(outcome, Generation):
-                        results.append(
-                            PageResult(
-                                name,
-                                page.number,
-                                markdown=outcome.markdown,
-                                tokens=outcome.tokens,
-                                seconds=page.render_seconds + outcome.seconds,
-                                fastmtp=outcome.fastmtp,
-                            )
-                        )
+                        results.append(PageResult.converted(name, page.number, outcome, page.render_seconds))
                     else:
                         reason = (
                             outcome.reason
