@@ -206,25 +206,29 @@ def page_metrics(prediction: str, reference: str) -> PageMetrics:
         matched = greedy_match(sims)
         formula_ed = 1.0 - sum(s for _, _, s in matched) / len(ref_formulas)
 
-    terms = [(1.0 - text_ed) * 100]
-    if table_teds is not None:
-        terms.append(table_teds * 100)
-    if formula_ed is not None:
-        terms.append((1.0 - formula_ed) * 100)
     return PageMetrics(
         text_ed,
         table_teds,
         table_teds_s,
         formula_ed,
-        sum(terms) / len(terms),
+        overall_score(text_ed, table_teds, formula_ed),
         len(ref_tables),
         len(ref_formulas),
     )
 
 
-def overall_score(text_edit: float, table_teds: float, formula_edit: float) -> float:
-    """OmniDocBench's overall formula, with the formula term edit-distance based (not CDM)."""
-    return ((1.0 - text_edit) * 100 + table_teds * 100 + (1.0 - formula_edit) * 100) / 3
+def overall_score(
+    text_edit: float | None, table_teds: float | None = None, formula_edit: float | None = None
+) -> float | None:
+    """OmniDocBench's overall formula, with the formula term edit-distance based (not CDM).
+
+    A term is left out when there is nothing to score it on (no reference table or formula), so the
+    overall is the mean of the terms present; None when there is none.
+    """
+    terms = [(1.0 - text_edit) * 100] if text_edit is not None else []
+    terms += [table_teds * 100] if table_teds is not None else []
+    terms += [(1.0 - formula_edit) * 100] if formula_edit is not None else []
+    return sum(terms) / len(terms) if terms else None
 
 
 def score_pages(references, outputs) -> dict:
@@ -259,16 +263,13 @@ def score_pages(references, outputs) -> dict:
     text_ed = sum(m.text_edit for m in pages.values()) / len(pages) if pages else None
     table_teds = weighted("table_teds", "n_tables")
     formula_ed = weighted("formula_edit", "n_formulas")
-    terms = [(1 - text_ed) * 100] if text_ed is not None else []
-    terms += [table_teds * 100] if table_teds is not None else []
-    terms += [(1 - formula_ed) * 100] if formula_ed is not None else []
     return {
         "pages": {name: vars(m) for name, m in pages.items()},
         "text_edit": text_ed,
         "table_teds": table_teds,
         "table_teds_s": weighted("table_teds_s", "n_tables"),
         "formula_edit": formula_ed,
-        "overall": sum(terms) / len(terms) if terms else None,
+        "overall": overall_score(text_ed, table_teds, formula_ed),
         "formula_term": FORMULA_TERM,
         "missing_outputs": missing,
     }
