@@ -679,12 +679,15 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
-    def encode_views(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(N, 3, S, S) views -> (N, (S/64)^2, hidden): CLIP (no class token) and SAM, projected."""
+    def view_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(N, 3, S, S) views -> (N, (S/64)^2, CLIP + SAM channels): the projector's input."""
         sam = self.sam_model(pixel_values)
         clip = self.vision_model(sam)
-        fused = torch.cat([clip[:, 1:], sam.flatten(2).transpose(1, 2)], dim=-1)
-        return self.projector(fused)
+        return torch.cat([clip[:, 1:], sam.flatten(2).transpose(1, 2)], dim=-1)
+
+    def encode_views(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(N, 3, S, S) views -> (N, (S/64)^2, hidden): CLIP (no class token) and SAM, projected."""
+        return self.projector(self.view_features(pixel_values))
 
     def get_image_features(
         self,

@@ -7,13 +7,16 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from jina_ocr.cli import main
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
+from jina_ocr.train.sft import SFTOptions, starting_model
 from jina_ocr.train.tokenizer import train_tokenizer
+from jina_ocr.train.vision import VISION_MODULES
 
 CORPUS = ["# A heading\n\nSome body text of a page.", "<table><tr><td>1</td></tr></table> and $x^2$"] * 5
 
@@ -28,15 +31,16 @@ def sft_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "sft"
     common = ["train", "sft", str(out), "--batch-size", "2", "--tokenizer-pages", "3", "--vocab-size", "400"]
     common += ["--eval-pages", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "24"]
-    common += ["--warmup", "1", "--threads", "2", "--workers", "0"]
+    common += ["--warmup", "1", "--threads", "2", "--workers", "0", "--vision-warmup-steps", "2"]
     assert main([*common, "--steps", "2"]) == 0
     first = _log(out)
+    first_weights = load_file(str(out / "model" / "model.safetensors"))
     assert main([*common, "--steps", "3"]) == 0
-    return out, first, _log(out)
+    return out, first, _log(out), first_weights
 
 
 def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
-    out, first, log = sft_run
+    out, first, log, _ = sft_run
     losses = [r for r in log if "loss" in r]
     assert [r["step"] for r in losses] == [1, 2, 3]
     assert all(r["loss"] > 0 for r in losses)
@@ -44,6 +48,7 @@ def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
     assert losses[1]["pages"] == 4 and losses[2]["pages"] == 6
     evals = [r for r in log if "eval_cer" in r]
     assert [r["step"] for r in evals] == [2, 3] and all(r["eval_cer"] >= 0 for r in evals)
+    assert all(isinstance(r["image_gap"], float) and r["eval_loss"] > 0 for r in evals)
     assert len(first) < len(log)
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files
@@ -51,8 +56,6 @@ def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
 
 
 def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):
-    from safetensors.torch import load_file
-
     sft_out = sft_run[0]
     out = tmp_path / "mtp"
     args = ["train", "mtp", str(sft_out / "model"), str(out), "--pages", "3", "--held-out", "1"]
@@ -126,3 +129,18 @@ def test_mtp_pairing_matches_the_drafter_convention():
     assert counted == [4, 3]
     torch.testing.assert_close(losses[0], expected1)
     torch.testing.assert_close(losses[1], expected2)
+
+
+def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_path):
+    """The run's first two steps (--vision-warmup-steps 2) leave SAM, CLIP and the projector exactly at
+    their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
+    out, _, _, after_warm_up = sft_run
+    options = SFTOptions(out=tmp_path, tokenizer_pages=3, vocab_size=400)
+    init = starting_model(options)[0].state_dict()
+    vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
+    decoder = [k for k in after_warm_up if k.startswith("model.layers.")]
+    assert vision and decoder
+    assert all(torch.equal(after_warm_up[k], init[k]) for k in vision)
+    assert not all(torch.equal(after_warm_up[k], init[k]) for k in decoder)
+    trained = load_file(str(out / "model" / "model.safetensors"))
+    assert not all(torch.equal(trained[k], after_warm_up[k]) for k in vision)

@@ -45,8 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sft.add_argument("--init", type=Path, help="fine-tune these model files instead of starting from scratch")
     sft.add_argument("--tokenizer-pages", type=int, default=300, help="pages the tokenizer is learnt from")
     sft.add_argument("--vocab-size", type=int, default=2048, help="tokenizer size with specials (2048)")
-    sft.add_argument("--max-target-tokens", type=int, default=192, help="ground-truth tokens per page (192)")
-    sft.add_argument("--freeze-vision", action="store_true", help="keep SAM and CLIP fixed (with --init)")
+    sft.add_argument("--max-target-tokens", type=int, default=256, help="ground-truth tokens per page (256)")
+    sft.add_argument(
+        "--vision-warmup-steps",
+        type=int,
+        default=500,
+        help="steps a fresh model trains with SAM, CLIP and the projector frozen at init (500)",
+    )
+    sft.add_argument(
+        "--vision-lr-scale", type=float, default=0.1, help="learning rate of the vision towers / --lr (0.1)"
+    )
+    sft.add_argument(
+        "--freeze-vision", action="store_true", help="keep SAM, CLIP and the projector fixed (with --init)"
+    )
     sft.add_argument(
         "--gradient-checkpointing", action="store_true", help="recompute activations to save memory"
     )

@@ -1,7 +1,7 @@
-"""Training batches from JinaOCRSynth pages, generated on the fly in DataLoader workers.
+"""Training batches of drill and JinaOCRSynth pages, generated on the fly in DataLoader workers.
 
-Page ``index`` of a run seed is always the same page (its synth seed is ``page_seed(seed, index)`` and
-its profile and type size come from :class:`~jina_ocr.train.recipe.PageRecipe`), and the DataLoader
+Page ``index`` of a run seed is always the same page (:meth:`~jina_ocr.train.recipe.PageRecipe.training_page`
+picks a drill or a synth page and its parameters from the seed and the index), and the DataLoader
 hands pages over in index order whatever the number of workers, so a resumed run sees exactly the pages
 an uninterrupted one would have seen.
 
@@ -19,8 +19,6 @@ import torch
 from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
-from jina_ocr.synth import SynthPage, generate_page, page_seed
-from jina_ocr.synth.page import PageTooSmallError
 from jina_ocr.train.recipe import PageRecipe
 
 IGNORE_INDEX = -100
@@ -53,7 +51,7 @@ def prompt_ids(processor, prompt: str | None = None) -> list[int]:
     return processor(images=[blank], text=[processor.build_prompt(prompt)])["input_ids"][0].tolist()
 
 
-class SynthPageStream(IterableDataset):
+class TrainingPageStream(IterableDataset):
     """Pages ``start, start+1, ...`` of ``seed`` as :class:`Example` objects, without end.
 
     Worker ``w`` of ``n`` makes the pages whose index is ``w`` modulo ``n`` (counted from ``start``),
@@ -81,13 +79,10 @@ class SynthPageStream(IterableDataset):
                 yield self.example(index, page)
             index += workers
 
-    def page(self, index: int) -> SynthPage | None:
-        try:
-            return generate_page(page_seed(self.seed, index), **self.recipe.page_kwargs(self.seed, index))
-        except PageTooSmallError:
-            return None
+    def page(self, index: int):
+        return self.recipe.training_page(self.seed, index)
 
-    def example(self, index: int, page: SynthPage) -> Example:
+    def example(self, index: int, page) -> Example:
         pixels = self.image_processor([page.image])["pixel_values"][0]
         return Example(
             index, pixels, target_ids(self.tokenizer, page.markdown, self.max_target_tokens), page.markdown

@@ -4,8 +4,11 @@ The model is meant to read plain printed pages on two CPU cores after about an h
 the recipe trades breadth for learnability:
 
 - Pages are A5 portrait with 18-22 pt body text (the 20 pt A5 page of the README example sits in the
-  middle), rendered at 144 dpi like the PDF pages of ``jina-ocr convert``. Most are text only; 15 %
-  carry the tables and formulas of the dense profile, so the model at least meets them.
+  middle), rendered at 144 dpi like the PDF pages of ``jina-ocr convert``.
+- The run starts on reading drills (:mod:`jina_ocr.train.drills`): one line of large random words,
+  growing to full pages of body-size type over the first ``drill_ramp_pages`` pages, while synth pages
+  are mixed in at a rising rate; afterwards ``drill_fraction`` of the pages stay drills. Of the synth
+  pages most are text only; 15 % carry the tables and formulas of the dense profile.
 - The processor's ``small`` mode stretches the page to one 640 px view: 10 x 10 visual tokens plus
   newlines and the separator (111 placeholders), no tiles. At 20 pt on A5 a body line is about 26 px
   high in that view, large enough for a narrow SAM to resolve the glyphs.
@@ -21,6 +24,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from typing import Any
+
+from jina_ocr.synth import SynthPage, generate_page, page_seed
+from jina_ocr.synth.page import PageTooSmallError
+from jina_ocr.train.drills import DrillPage, drill_page
 
 PROCESSOR_MODE = "small"
 
@@ -60,6 +67,8 @@ class PageRecipe:
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
     dense_fraction: float = 0.15
     dpi: int = 144
+    drill_ramp_pages: int = 16000
+    drill_fraction: float = 0.4
 
     def page_kwargs(self, seed: int, index: int) -> dict[str, Any]:
         """``generate_page`` options of page ``index``: its profile and body size, drawn from the seed."""
@@ -70,6 +79,23 @@ class PageRecipe:
             "font_size": rng.choice(self.font_sizes),
             "dpi": self.dpi,
         }
+
+    def synth_page(self, seed: int, index: int) -> SynthPage | None:
+        """Synth page ``index`` of ``seed``, or None when the generator cannot lay it out."""
+        try:
+            return generate_page(page_seed(seed, index), **self.page_kwargs(seed, index))
+        except PageTooSmallError:
+            return None
+
+    def training_page(self, seed: int, index: int) -> SynthPage | DrillPage | None:
+        """Training page ``index`` of ``seed``: a drill (its level set by the ramp) or a synth page."""
+        rng = random.Random(f"jina-ocr-train/mix/{seed}/{index}")
+        ramp = min(1.0, index / self.drill_ramp_pages) if self.drill_ramp_pages else 1.0
+        drill_chance = 1.0 - ramp * (1.0 - self.drill_fraction)
+        if index < 0 or rng.random() >= drill_chance:
+            return self.synth_page(seed, index)
+        level = ramp if ramp < 1.0 else rng.uniform(0.3, 1.0)
+        return drill_page(f"{seed}/{index}", level, dpi=self.dpi)
 
 
 def model_config(tokenizer, **overrides: Any):

@@ -11,7 +11,11 @@ A run lives in one output folder:
 - ``options.json``: the options of the run, for the record.
 
 Training pages and held-out pages come from different run seeds, so no held-out page is ever trained
-on; the tokenizer is learnt from a third set of pages of the training seed (negative indices).
+on; the tokenizer is learnt from a third set of pages of the training seed (negative indices) and from
+full-page drills. A fresh model starts as :mod:`jina_ocr.train.vision` explains: standardising
+projector, vision towers frozen for ``vision_warmup_steps``, then trained at ``vision_lr_scale``.
+Every evaluation also logs the "image gap": the held-out loss with each page's image replaced by
+another page's, minus the loss with the right images; it stays at zero until the model reads.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from jina_ocr.errors import UserError
-from jina_ocr.synth import generate_page, page_seed
-from jina_ocr.train.data import Collator, SynthPageStream, prompt_ids
+from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
+from jina_ocr.train.drills import drill_page
 from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.model_files import (
     build_processor,
@@ -38,6 +42,7 @@ from jina_ocr.train.model_files import (
 )
 from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
 from jina_ocr.train.tokenizer import train_tokenizer
+from jina_ocr.train.vision import set_vision_trainable, standardize_projector, vision_parameters
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -65,7 +70,9 @@ class SFTOptions:
     init: Path | None = None
     tokenizer_pages: int = 300
     vocab_size: int = 2048
-    max_target_tokens: int = 192
+    max_target_tokens: int = 256
+    vision_warmup_steps: int = 500
+    vision_lr_scale: float = 0.1
     freeze_vision: bool = False
     gradient_checkpointing: bool = False
     bf16: bool = False
@@ -77,15 +84,8 @@ class SFTOptions:
 
 def recipe_pages(recipe: PageRecipe, seed: int, indices):
     """The synth pages ``indices`` of run ``seed`` under ``recipe`` (pages too small to lay out skipped)."""
-    from jina_ocr.synth.page import PageTooSmallError
-
-    pages = []
-    for index in indices:
-        try:
-            pages.append(generate_page(page_seed(seed, index), **recipe.page_kwargs(seed, index)))
-        except PageTooSmallError:
-            continue
-    return pages
+    pages = (recipe.synth_page(seed, index) for index in indices)
+    return [page for page in pages if page is not None]
 
 
 def learning_rate_factor(step: int, options: SFTOptions) -> float:
@@ -108,7 +108,7 @@ def _bf16_supported(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def _new_model(options: SFTOptions, model_dir: Path):
+def starting_model(options: SFTOptions):
     """The starting model and processor: ``options.init``'s files, or fresh weights and a learnt tokenizer."""
     if options.init is not None:
         model, processor = load_model_files(options.init)
@@ -118,25 +118,44 @@ def _new_model(options: SFTOptions, model_dir: Path):
     from jina_ocr.remote_code.processing_jina_ocr import JINA_DEFAULT_PROMPT
 
     pages = recipe_pages(options.recipe, options.seed, range(-1, -options.tokenizer_pages - 1, -1))
+    drills = [drill_page(f"tokenizer/{options.seed}/{i}", 1.0) for i in range(options.tokenizer_pages)]
     # The prompt is written on every request: weighted like many pages, its words become single tokens,
     # which shortens every training row.
-    corpus = [page.markdown for page in pages] + [JINA_DEFAULT_PROMPT] * 50
+    corpus = [page.markdown for page in pages + drills] + [JINA_DEFAULT_PROMPT] * 50
     processor = build_processor(train_tokenizer(corpus, options.vocab_size), PROCESSOR_MODE)
     torch.manual_seed(options.seed)
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     model = JinaOCRForConditionalGeneration(model_config(processor.tokenizer))
+    views = [options.recipe.training_page(options.seed, -i).image for i in range(1, 9)]
+    views += [drill_page(f"init/{options.seed}/{i}", i / 7).image for i in range(8)]
+    standardize_projector(model, processor.image_processor(views)["pixel_values"])
     settings = {"processor_mode": PROCESSOR_MODE}
     return model, processor, settings
 
 
-def _parameter_groups(model, weight_decay: float):
-    """Decay matrices; leave norms, biases and the special vectors (image newline, separator) alone."""
-    decay, plain = [], []
-    for _, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            (decay if parameter.ndim >= 2 else plain).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+def _parameter_groups(model, options: SFTOptions):
+    """Decay matrices; leave norms, biases, position tables and the special vectors alone.
+
+    The vision towers get their own groups at ``vision_lr_scale`` of the learning rate (with
+    ``--freeze-vision`` they are left out).
+    """
+    vision = {id(p) for p in vision_parameters(model)}
+    groups = {}
+    for name, parameter in model.named_parameters():
+        if options.freeze_vision and id(parameter) in vision:
+            continue
+        decays = parameter.ndim >= 2 and "pos_embed" not in name and "position_embedding" not in name
+        key = (id(parameter) in vision, decays)
+        groups.setdefault(key, []).append(parameter)
+    return [
+        {
+            "params": params,
+            "weight_decay": options.weight_decay if decays else 0.0,
+            "lr": options.lr * (options.vision_lr_scale if is_vision else 1.0),
+        }
+        for (is_vision, decays), params in groups.items()
+    ]
 
 
 def _log(out: Path, record: dict) -> None:
@@ -163,7 +182,7 @@ def train_sft(options: SFTOptions) -> Path:
         state = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
     else:
-        model, processor, settings = _new_model(options, model_dir)
+        model, processor, settings = starting_model(options)
         state = None
     settings["sft"] = {
         key: str(value) if isinstance(value, Path) else value
@@ -173,14 +192,9 @@ def train_sft(options: SFTOptions) -> Path:
     (out / "options.json").write_text(json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8")
 
     model.to(device).train()
-    if options.freeze_vision:
-        for tower in (model.model.sam_model, model.model.vision_model):
-            tower.requires_grad_(False)
     if options.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(
-        _parameter_groups(model, options.weight_decay), lr=options.lr, betas=(0.9, 0.95)
-    )
+    optimizer = torch.optim.AdamW(_parameter_groups(model, options), betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, options))
     step, next_index = 0, 1
     if state is not None:
@@ -205,9 +219,27 @@ def train_sft(options: SFTOptions) -> Path:
         tmp.replace(checkpoint_path)
 
     held_out = recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1))
+    stream = TrainingPageStream(
+        processor, options.seed, options.recipe, next_index, options.max_target_tokens
+    )
+    collator = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
+    held_out_batch = collator([stream.example(i, page) for i, page in enumerate(held_out)])
+    held_out_batch.pop("indices")
+
+    @torch.no_grad()
+    def image_gap() -> tuple[float, float]:
+        """Held-out loss with the right images, and how much it rises with every image moved one page on."""
+        model.eval()
+        batch = {key: value.to(device) for key, value in held_out_batch.items()}
+        loss = model(**batch).loss.item()
+        batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
+        swapped = model(**batch).loss.item()
+        model.train()
+        return loss, swapped - loss
 
     def evaluate() -> None:
         started = time.perf_counter()
+        loss, gap = image_gap()
         predictions = transcribe(
             model, processor, [p.image for p in held_out], max_new_tokens=options.max_target_tokens
         )
@@ -217,6 +249,8 @@ def train_sft(options: SFTOptions) -> Path:
             {
                 "step": step,
                 "eval_cer": round(cer, 4),
+                "eval_loss": round(loss, 4),
+                "image_gap": round(gap, 4),
                 "eval_pages": len(held_out),
                 "eval_seconds": round(time.perf_counter() - started, 1),
                 "sample": predictions[0][:200],
@@ -225,11 +259,13 @@ def train_sft(options: SFTOptions) -> Path:
 
     if state is None:
         save_checkpoint()
-    stream = SynthPageStream(processor, options.seed, options.recipe, next_index, options.max_target_tokens)
+    # A fine-tune (--init) starts from towers that already read, so only a fresh model waits.
+    vision_warmup = 0 if options.init is not None else options.vision_warmup_steps
+    set_vision_trainable(model, not options.freeze_vision and step >= vision_warmup)
     loader = DataLoader(
         stream,
         batch_size=options.batch_size,
-        collate_fn=Collator(prompt_ids(processor), processor.tokenizer.pad_token_id),
+        collate_fn=collator,
         num_workers=options.workers,
         prefetch_factor=4 if options.workers else None,
         persistent_workers=False,
@@ -251,6 +287,8 @@ def train_sft(options: SFTOptions) -> Path:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if step == vision_warmup and not options.freeze_vision:
+            set_vision_trainable(model, True)
         next_index = int(indices.max()) + 1
         losses.append(loss.item())
         pages_since_log += len(indices)
