@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--vision-lr-scale", type=float, default=0.1, help="learning rate of the vision towers / --lr (0.1)"
     )
     sft.add_argument(
+        "--drill-ramp-pages", type=int, help="pages over which drills grow to full pages (recipe: 16000)"
+    )
+    sft.add_argument(
+        "--drill-fraction", type=float, help="share of drills among the pages after the ramp (recipe: 0.4)"
+    )
+    sft.add_argument(
         "--freeze-vision", action="store_true", help="keep SAM, CLIP and the projector fixed (with --init)"
     )
     sft.add_argument(
@@ -86,10 +92,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.stage == "sft":
+        from jina_ocr.train.recipe import PageRecipe
         from jina_ocr.train.sft import SFTOptions, train_sft
 
         names = {f for f in SFTOptions.__dataclass_fields__ if f != "recipe"}
-        options = SFTOptions(**{name: getattr(args, name) for name in names})
+        recipe = PageRecipe(
+            **{
+                name: value
+                for name in ("drill_ramp_pages", "drill_fraction")
+                if (value := getattr(args, name)) is not None
+            }
+        )
+        options = SFTOptions(**{name: getattr(args, name) for name in names}, recipe=recipe)
         _check_positive(options.steps, "--steps")
         _check_positive(options.batch_size, "--batch-size")
         if options.init is not None and not (options.init / "config.json").exists():
