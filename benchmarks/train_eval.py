@@ -6,9 +6,11 @@
    body size, once text only ("plain") and once with tables and formulas ("dense"): character error
    rate against the ground-truth Markdown, and the olmOCR-style pass rate of ``jina-ocr bench``.
 2. A plain printed page that is not from the generator: A5, a 28 pt heading and 20 pt body text set
-   with PyMuPDF's ``insert_text``, converted by ``jina-ocr convert`` at 144 dpi with the bundled model
-   (only when ``--model`` is the bundled one), with its character error rate.
-3. FastMTP on the same pages (``--mtp-profiles``): acceptance per depth, committed tokens per verification step, and
+   with PyMuPDF's ``insert_text``, converted by ``jina-ocr convert`` at 144 dpi (the main-job command:
+   no ``--model`` when ``--model`` is the bundled one), with its character error rate.
+3. Held-out reading drills (``--drill-levels``: from a few lines of large type to full pages of body
+   text, drill seeds no training run uses): character error rate per level.
+4. FastMTP on the synth pages (``--mtp-profiles``): acceptance per depth, committed tokens per verification step, and
    tokens per second against plain greedy in the same run at batch 1 (``--batch1-pages`` pages) and at
    batch 8, and whether FastMTP's tokens equal greedy's on every page.
 
@@ -29,9 +31,10 @@ import torch
 from PIL import Image
 
 from jina_ocr.cli import main as cli
-from jina_ocr.models import BUNDLED
+from jina_ocr.models import BUNDLED, hub_folder
 from jina_ocr.synth import write_pages
-from jina_ocr.train.evaluate import character_error_rate
+from jina_ocr.train.drills import drill_page
+from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.model_files import load_model_files
 
 HEADING = "Notes on the Harbour Survey"
@@ -145,12 +148,29 @@ def held_out(out: Path, profile: str, args, model, processor) -> dict:
     return result
 
 
-def convert_printed_page(out: Path) -> dict:
+def held_out_drills(args, model, processor) -> dict:
+    """Character error rate on held-out drills per level, with the first page's output as a sample."""
+    result = {}
+    for level in args.drill_levels:
+        pages = [drill_page(f"held-out/{level}/{i}", level) for i in range(args.drill_pages)]
+        texts = transcribe(model, processor, [p.image for p in pages], max_new_tokens=args.max_new_tokens)
+        result[str(level)] = {
+            "pages": len(pages),
+            "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
+            "sample": {"reference": pages[0].markdown[:160], "output": texts[0][:160]},
+        }
+    return result
+
+
+def convert_printed_page(out: Path, model_files: Path) -> dict:
     pdf = out / "a5_printed.pdf"
     reference = printed_page(pdf)
+    command = ["convert", str(pdf)]
+    if model_files.resolve() != BUNDLED:
+        command += ["--model", str(hub_folder(model_files))]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        cli(["convert", str(pdf)])
+        cli(command)
     text = buffer.getvalue().strip()
     return {
         "reference": reference,
@@ -175,6 +195,8 @@ def main() -> None:
     parser.add_argument(
         "--mtp-profiles", nargs="*", default=["plain"], help="profiles FastMTP is measured on"
     )
+    parser.add_argument("--drill-levels", type=float, nargs="*", default=[0.3, 0.6, 1.0])
+    parser.add_argument("--drill-pages", type=int, default=30, help="held-out drills per level")
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
@@ -182,8 +204,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model, processor = load_model_files(args.model)
     summary = {profile: held_out(args.out, profile, args, model, processor) for profile in args.profiles}
-    if args.model.resolve() == BUNDLED:
-        summary["printed_a5_page"] = convert_printed_page(args.out)
+    summary["drills"] = held_out_drills(args, model, processor)
+    summary["printed_a5_page"] = convert_printed_page(args.out, args.model)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(summary, indent=2))
 
