@@ -28,6 +28,7 @@ from PIL import Image
 
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.remote_code.processing_jina_ocr import JINA_DEFAULT_PROMPT
+from jina_ocr.synth.page import render
 from jina_ocr.synth.text import NOUNS
 from jina_ocr.train.data import Collator, Example, prompt_ids, target_ids
 from jina_ocr.train.model_files import build_processor
@@ -40,8 +41,7 @@ def word_page(word: str) -> Image.Image:
     doc = pymupdf.open()
     page = doc.new_page(width=419.53, height=595.28)
     page.insert_text((40, 120), word, fontsize=56, fontname="helv")
-    pixmap = page.get_pixmap(dpi=144)
-    return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
+    return render(doc.tobytes(), dpi=144)
 
 
 def batch_of(processor, collator, words: list[str]) -> dict:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pymupdf
 from PIL import Image
 
+from jina_ocr.synth.page import render
 from jina_ocr.synth.text import ADJECTIVES, NOUNS, VERBS
 
 A5 = (419.53, 595.28)
@@ -125,6 +126,5 @@ def drill_page(seed: int | str, level: float, dpi: int = 144) -> DrillPage:
         body += words
         y += leading
     markdown.append(" ".join(body))
-    pixmap = page.get_pixmap(dpi=dpi)
-    image = Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
-    return DrillPage(image, doc.tobytes(), "\n\n".join(markdown))
+    pdf_bytes = doc.tobytes()
+    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown))
