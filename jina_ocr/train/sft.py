@@ -127,7 +127,8 @@ def starting_model(options: SFTOptions):
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     model = JinaOCRForConditionalGeneration(model_config(processor.tokenizer))
-    views = [options.recipe.training_page(options.seed, -i).image for i in range(1, 9)]
+    # The projector's statistics come from the first tokenizer pages plus drills of every level.
+    views = [page.image for page in pages[:8]]
     views += [drill_page(f"init/{options.seed}/{i}", i / 7).image for i in range(8)]
     standardize_projector(model, processor.image_processor(views)["pixel_values"])
     settings = {"processor_mode": PROCESSOR_MODE}
