@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from jina_ocr.documents import DEFAULT_DPI
+
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where and how the model runs: resolution mode, device and dtype."""
+    """How pages are read and the model runs: PDF resolution, resolution mode, decoding, device, dtype."""
+    parser.add_argument(
+        "--dpi", type=int, default=DEFAULT_DPI, help="PDF render resolution (default: %(default)s)"
+    )
     parser.add_argument(
         "--mode",
         choices=("tiny", "small", "base", "large", "gundam"),
@@ -21,4 +26,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "float32", "bfloat16", "float16"),
         default="auto",
         help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
+    )
+    parser.add_argument(
+        "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
     )

@@ -23,7 +23,6 @@ from pathlib import Path
 from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
 from jina_ocr.documents import (
-    DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
     DocumentError,
     PageSelection,
@@ -65,13 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_NEW_TOKENS,
         help="limit per page (default: %(default)s)",
     )
-    parser.add_argument(
-        "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
-    )
     parser.add_argument("--prompt", help="instruction replacing the default transcription prompt")
-    parser.add_argument(
-        "--dpi", type=int, default=DEFAULT_DPI, help="PDF render resolution (default: %(default)s)"
-    )
     parser.add_argument(
         "--max-pixels",
         type=int,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
-from jina_ocr.documents import DEFAULT_DPI
 from jina_ocr.errors import UserError
 
 NAME = "serve"
@@ -38,12 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_NEW_TOKENS,
         help="cap on tokens per page; requests may ask for fewer (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
-    )
-    parser.add_argument(
-        "--dpi", type=int, default=DEFAULT_DPI, help="PDF render resolution (default: %(default)s)"
     )
     parser.add_argument(
         "--max-request-mb", type=float, default=32.0, help="largest request body (default: %(default)s)"
