@@ -7,9 +7,9 @@ import subprocess
 import sys
 import textwrap
 
-import pymupdf
 import pytest
 import torch
+from pdf_render import render
 from PIL import Image
 
 SCRIPT = textwrap.dedent(
@@ -39,14 +39,6 @@ SCRIPT = textwrap.dedent(
     }))
     """
 )
-
-
-def render(pdf_path, zoom=2.0, rotate=0) -> Image.Image:
-    with pymupdf.open(pdf_path) as doc:
-        page = doc[0]
-        page.set_rotation(rotate)
-        pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ The reference uses PIL's ``ImageOps.pad`` for the global view (the SPEC names it
 from __future__ import annotations
 
 import numpy as np
-import pymupdf
 import pytest
 import torch
+from pdf_render import render
 from PIL import Image, ImageDraw, ImageOps
 from test_tiling import reference_grid
 
@@ -38,14 +38,6 @@ def reference_views(image: Image.Image):
                 tiles.append(stretched.crop((col * 640, row * 640, (col + 1) * 640, (row + 1) * 640)))
     local = torch.stack([to_tensor_normalised(t) for t in tiles]) if tiles else torch.empty(0, 3, 640, 640)
     return to_tensor_normalised(global_view)[None], local, grid
-
-
-def render(pdf_path, zoom: float = 2.0, rotate: int = 0) -> Image.Image:
-    with pymupdf.open(pdf_path) as doc:
-        page = doc[0]
-        page.set_rotation(rotate)
-        pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
 
 
 @pytest.fixture(scope="module")
