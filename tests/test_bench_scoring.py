@@ -101,18 +101,12 @@ def test_cli_report_and_fallback_listing(tmp_path, capsys):
     outputs = tmp_path / "system"
     write(outputs, "p_pg1_repeat1.md", r"Half is $\frac{1}{2}$ here, and $\frac{1}{3}$ there.")
     report_path = tmp_path / "out" / "report.json"
-    code = main(
-        [
-            "bench",
-            "--tests",
-            str(tests_dir),
-            "--outputs",
-            str(outputs),
-            "--report",
-            str(report_path),
-            "--no-render",
-        ]
-    )
+
+    def bench() -> int:
+        args = ["--tests", str(tests_dir), "--outputs", str(outputs), "--report", str(report_path)]
+        return main(["bench", *args, "--no-render"])
+
+    code = bench()
     assert code == 0
     printed = capsys.readouterr()
     assert "category arxiv_math" in printed.out and "overall (95% CI)" in printed.out
@@ -141,18 +135,7 @@ def test_cli_report_and_fallback_listing(tmp_path, capsys):
     # \frac{1}{2} occurs verbatim, so it is an exact match, not a fallback.
     assert report["math_fallback"] is None
     (tests_dir / "arxiv_math.jsonl").write_text(json.dumps({**rows[0], "math": "\\frac12"}) + "\n")
-    main(
-        [
-            "bench",
-            "--tests",
-            str(tests_dir),
-            "--outputs",
-            str(outputs),
-            "--report",
-            str(report_path),
-            "--no-render",
-        ]
-    )
+    bench()
     report = json.loads(report_path.read_text())
     assert report["math_fallback"]["tests"] == ["m"]
     assert "m" in capsys.readouterr().err
