@@ -418,6 +418,27 @@ JINA_DEFAULT_PROMPT = "Transcribe the provided document image into a clean Markd
 DEEPSEEK_DEFAULT_PROMPT = "<|grounding|>Convert the document to markdown."
 PROMPT_STYLES = ("jina", "deepseek")
 
+
+def request_content(prompt: str) -> str:
+    """A one-page request's content: ``<image>`` then the instruction, or the instruction as written when
+    it already holds the marker (prompts copied from DeepSeek-OCR); it may hold only one."""
+    markers = prompt.count(IMAGE_TOKEN)
+    if markers > 1:
+        raise ValueError(
+            f"the prompt holds {markers} {IMAGE_TOKEN} markers; a one-page prompt holds at most one"
+        )
+    return prompt if markers else f"{IMAGE_TOKEN}\n{prompt}"
+
+
+def jina_request(prompt: str | None = None) -> str:
+    """The full jina-ocr-v1 text of a one-page request (no BOS); ``prompt`` None is the default instruction.
+
+    Engines that take text rather than this processor (vLLM) build their prompts here too.
+    """
+    content = request_content(JINA_DEFAULT_PROMPT if prompt is None else prompt)
+    return f"<|User|>:\n{content}\n<|Assistant|>:\n"
+
+
 # The jina-ocr-v1 conversation format: "<|User|>:\n<image>\n{prompt}\n<|Assistant|>:\n", no BOS. A user
 # turn with an image and no text gets the default prompt, so that a bare page is a valid request.
 JINA_CHAT_TEMPLATE = (
@@ -517,16 +538,9 @@ class JinaOCRProcessor(ProcessorMixin):
         ``prompt`` is the instruction (the style's default when None). An instruction that already holds
         ``<image>`` is placed as written, for prompts copied from DeepSeek-OCR; it may hold only one.
         """
-        if prompt is None:
-            prompt = JINA_DEFAULT_PROMPT if self.prompt_style == "jina" else DEEPSEEK_DEFAULT_PROMPT
-        markers = prompt.count(IMAGE_TOKEN)
-        if markers > 1:
-            raise ValueError(
-                f"the prompt holds {markers} {IMAGE_TOKEN} markers; a one-page prompt holds at most one"
-            )
-        content = prompt if markers else f"{IMAGE_TOKEN}\n{prompt}"
         if self.prompt_style == "jina":
-            return f"<|User|>:\n{content}\n<|Assistant|>:\n"
+            return jina_request(prompt)
+        content = request_content(DEEPSEEK_DEFAULT_PROMPT if prompt is None else prompt)
         return f"{self.tokenizer.bos_token}{content}"
 
     # -- encoding -------------------------------------------------------------------------------------

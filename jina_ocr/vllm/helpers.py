@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jina_ocr.remote_code.generation import settings
-from jina_ocr.remote_code.processing_jina_ocr import JINA_DEFAULT_PROMPT
+from jina_ocr.remote_code.processing_jina_ocr import jina_request
 
 # vLLM's per-request no-repeat n-gram processor (shipped for DeepSeek-OCR): output tokens only, n-grams
 # starting inside the window, whitelisted tokens never banned, i.e. the rule of our loop guard
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 def ocr_prompt(instruction: str | None = None) -> str:
     """The jina-ocr-v1 prompt for one page, with its ``<image>`` marker (what the chat template writes)."""
-    return f"<|User|>:\n<image>\n{instruction or JINA_DEFAULT_PROMPT}\n<|Assistant|>:\n"
+    return jina_request(instruction or None)
 
 
 def _read_json(folder: str | Path, name: str) -> dict[str, Any]:
