@@ -41,6 +41,36 @@ def test_drills_grow_from_a_few_known_words_to_a_page_of_new_ones():
     assert drill_page("same", 0.7).image.tobytes() == drill_page("same", 0.7).image.tobytes()
 
 
+def _fonts_used(page) -> set[str]:
+    with pymupdf.open(stream=page.pdf_bytes, filetype="pdf") as doc:
+        return {font[3] for font in doc[0].get_fonts()}
+
+
+def test_drill_fonts_limit_the_faces_a_recipe_prints():
+    recipe = PageRecipe(drill_ramp_pages=0, drill_fraction=1.0, drill_fonts=("cour",))
+    pages = [recipe.training_page(0, i) for i in range(1, 9)]
+    assert set().union(*map(_fonts_used, pages)) <= {"Courier", "Courier-Bold"}
+    mixed = [drill_page(f"test/{i}", 1.0) for i in range(12)]
+    assert {"Helvetica", "Times-Roman", "Courier"} <= set().union(*map(_fonts_used, mixed))
+
+
+def test_held_out_drills_span_the_levels_and_are_never_training_pages():
+    recipe = PageRecipe(drill_ramp_pages=0, drill_fraction=1.0)
+    held_out = recipe.held_out_drills(seed=0, count=4)
+    words = [len(p.markdown.split()) for p in held_out]
+    assert words == sorted(words) and words[0] < 10 < words[-1]
+    training = {recipe.training_page(0, i).markdown for i in range(1, 40)}
+    assert not training & {p.markdown for p in held_out}
+
+
+def test_unknown_drill_font_is_refused_by_name(tmp_path, capsys):
+    from jina_ocr.cli import main
+
+    assert main(["train", "sft", str(tmp_path / "run"), "--drill-fonts", "helv", "comic"]) != 0
+    assert "--drill-fonts: unknown comic" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_recipe_starts_on_drills_and_mixes_in_synth_pages():
     recipe = PageRecipe(drill_ramp_pages=100, drill_fraction=0.5)
     early = [type(recipe.training_page(0, i)).__name__ for i in range(1, 6)]

@@ -50,6 +50,9 @@ def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
     evals = [r for r in log if "eval_cer" in r]
     assert [r["step"] for r in evals] == [2, 3] and all(r["eval_cer"] >= 0 for r in evals)
     assert all(isinstance(r["image_gap"], float) and r["eval_loss"] > 0 for r in evals)
+    assert all(
+        isinstance(r["drill_gap"], float) and r["drill_loss"] > 0 and r["drill_cer"] >= 0 for r in evals
+    )
     assert len(first) < len(log)
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files

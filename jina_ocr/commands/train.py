@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--drill-fraction", type=float, help="share of drills among the pages after the ramp (recipe: 0.4)"
     )
     sft.add_argument(
+        "--drill-fonts",
+        nargs="+",
+        help="body fonts of the drills, of helv, tiro and cour (recipe: all three)",
+    )
+    sft.add_argument(
         "--freeze-vision", action="store_true", help="keep SAM, CLIP and the projector fixed (with --init)"
     )
     sft.add_argument(
@@ -92,14 +97,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.stage == "sft":
+        from jina_ocr.train.drills import BODY_FONTS
         from jina_ocr.train.recipe import PageRecipe
         from jina_ocr.train.sft import SFTOptions, train_sft
+
+        if args.drill_fonts is not None:
+            unknown = sorted(set(args.drill_fonts) - set(BODY_FONTS))
+            if unknown:
+                raise UserError(
+                    f"--drill-fonts: unknown {', '.join(unknown)}; choose from {', '.join(BODY_FONTS)}"
+                )
+            args.drill_fonts = tuple(args.drill_fonts)
 
         names = {f for f in SFTOptions.__dataclass_fields__ if f != "recipe"}
         recipe = PageRecipe(
             **{
                 name: value
-                for name in ("drill_ramp_pages", "drill_fraction")
+                for name in ("drill_ramp_pages", "drill_fraction", "drill_fonts")
                 if (value := getattr(args, name)) is not None
             }
         )

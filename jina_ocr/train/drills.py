@@ -88,11 +88,16 @@ def _fill_line(
     return words
 
 
-def drill_page(seed: int | str, level: float, dpi: int = 144) -> DrillPage:
-    """Drill ``seed`` at ``level`` (0: one line of large type, 1: a full A5 page), rendered at ``dpi``."""
+def drill_page(
+    seed: int | str, level: float, dpi: int = 144, fonts: tuple[str, ...] = BODY_FONTS
+) -> DrillPage:
+    """Drill ``seed`` at ``level`` (0: one line of large type, 1: a full A5 page), rendered at ``dpi``.
+
+    The body font is one of ``fonts`` (base-14 names of :data:`BODY_FONTS`), headings its bold face.
+    """
     rng = random.Random(f"jina-ocr-train/drill/{seed}")
     width, height = A5
-    font = rng.choice(BODY_FONTS)
+    font = rng.choice(fonts)
     body_size = rng.choice((18.0, 20.0, 22.0))
     size = body_size + (56.0 - body_size) * max(0.0, 1.0 - level / 0.4)
     novelty = min(1.0, max(0.0, level - 0.15) / 0.25)

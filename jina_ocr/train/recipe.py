@@ -27,7 +27,7 @@ from typing import Any
 
 from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.page import PageTooSmallError
-from jina_ocr.train.drills import DrillPage, drill_page
+from jina_ocr.train.drills import BODY_FONTS, DrillPage, drill_page
 
 PROCESSOR_MODE = "small"
 
@@ -69,6 +69,7 @@ class PageRecipe:
     dpi: int = 144
     drill_ramp_pages: int = 16000
     drill_fraction: float = 0.4
+    drill_fonts: tuple[str, ...] = BODY_FONTS
 
     def page_kwargs(self, seed: int, index: int) -> dict[str, Any]:
         """``generate_page`` options of page ``index``: its profile and body size, drawn from the seed."""
@@ -95,7 +96,20 @@ class PageRecipe:
         if index < 0 or rng.random() >= drill_chance:
             return self.synth_page(seed, index)
         level = ramp if ramp < 1.0 else rng.uniform(0.3, 1.0)
-        return drill_page(f"{seed}/{index}", level, dpi=self.dpi)
+        return self.drill(f"{seed}/{index}", level)
+
+    def drill(self, seed: int | str, level: float) -> DrillPage:
+        """Drill ``seed`` at ``level`` in the recipe's fonts and resolution."""
+        return drill_page(seed, level, dpi=self.dpi, fonts=self.drill_fonts)
+
+    def held_out_drills(self, seed: int, count: int) -> list[DrillPage]:
+        """``count`` drills from a few lines of larger type (level 0.3) to full pages, never trained on.
+
+        Their seeds are strings under ``held-out/``, which no training page's seed (``"{seed}/{index}"``
+        with an integer run seed) can equal.
+        """
+        levels = [0.3 + 0.7 * i / max(1, count - 1) for i in range(count)]
+        return [self.drill(f"held-out/{seed}/{i}", level) for i, level in enumerate(levels)]
 
 
 def model_config(tokenizer, **overrides: Any):

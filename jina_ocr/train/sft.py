@@ -15,7 +15,9 @@ on; the tokenizer is learnt from a third set of pages of the training seed (nega
 full-page drills. A fresh model starts as :mod:`jina_ocr.train.vision` explains: standardising
 projector, vision towers frozen for ``vision_warmup_steps``, then trained at ``vision_lr_scale``.
 Every evaluation also logs the "image gap": the held-out loss with each page's image replaced by
-another page's, minus the loss with the right images; it stays at zero until the model reads.
+another page's, minus the loss with the right images; it stays at zero until the model reads. The
+same three numbers for held-out drills of the recipe (``drill_cer``, ``drill_loss``, ``drill_gap``)
+show reading start on the drills long before it shows on full synth pages.
 """
 
 from __future__ import annotations
@@ -219,42 +221,49 @@ def train_sft(options: SFTOptions) -> Path:
         )
         tmp.replace(checkpoint_path)
 
-    held_out = recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1))
     stream = TrainingPageStream(
         processor, options.seed, options.recipe, next_index, options.max_target_tokens
     )
     collator = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
-    held_out_batch = collator([stream.example(i, page) for i, page in enumerate(held_out)])
-    held_out_batch.pop("indices")
+    held_out_sets = {
+        "eval": recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1)),
+        "drill": options.recipe.held_out_drills(options.eval_seed, options.eval_pages),
+    }
 
     @torch.no_grad()
-    def image_gap() -> tuple[float, float]:
-        """Held-out loss with the right images, and how much it rises with every image moved one page on."""
+    def measure(pages) -> dict:
+        """CER of greedy transcriptions, teacher-forced loss, and how much that loss rises with every
+        image moved one page on (the image gap)."""
         model.eval()
-        batch = {key: value.to(device) for key, value in held_out_batch.items()}
+        batch = collator([stream.example(i, page) for i, page in enumerate(pages)])
+        batch = {key: value.to(device) for key, value in batch.items() if key != "indices"}
         loss = model(**batch).loss.item()
         batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
-        swapped = model(**batch).loss.item()
+        gap = model(**batch).loss.item() - loss
         model.train()
-        return loss, swapped - loss
+        predictions = transcribe(
+            model, processor, [p.image for p in pages], max_new_tokens=options.max_target_tokens
+        )
+        cer = character_error_rate(predictions, [p.markdown for p in pages])
+        return {"cer": round(cer, 4), "loss": round(loss, 4), "gap": round(gap, 4), "sample": predictions[0]}
 
     def evaluate() -> None:
         started = time.perf_counter()
-        loss, gap = image_gap()
-        predictions = transcribe(
-            model, processor, [p.image for p in held_out], max_new_tokens=options.max_target_tokens
-        )
-        cer = character_error_rate(predictions, [p.markdown for p in held_out])
+        synth, drills = (measure(pages) for pages in held_out_sets.values())
         _log(
             out,
             {
                 "step": step,
-                "eval_cer": round(cer, 4),
-                "eval_loss": round(loss, 4),
-                "image_gap": round(gap, 4),
-                "eval_pages": len(held_out),
+                "eval_cer": synth["cer"],
+                "eval_loss": synth["loss"],
+                "image_gap": synth["gap"],
+                "drill_cer": drills["cer"],
+                "drill_loss": drills["loss"],
+                "drill_gap": drills["gap"],
+                "eval_pages": len(held_out_sets["eval"]),
                 "eval_seconds": round(time.perf_counter() - started, 1),
-                "sample": predictions[0][:200],
+                "sample": synth["sample"][:200],
+                "drill_sample": drills["sample"][:200],
             },
         )
 
