@@ -32,7 +32,7 @@ def sft_run(tmp_path_factory):
     common = ["train", "sft", str(out), "--batch-size", "2", "--tokenizer-pages", "3", "--vocab-size", "400"]
     common += ["--eval-pages", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "24"]
     common += ["--warmup", "1", "--threads", "2", "--workers", "0", "--vision-warmup-steps", "2"]
-    common += ["--drill-ramp-pages", "4", "--drill-fraction", "0.5"]
+    common += ["--drill-ramp-pages", "4", "--drill-fraction", "0.5", "--dense-fraction", "0.5"]
     assert main([*common, "--steps", "2"]) == 0
     first = _log(out)
     first_weights = load_file(str(out / "model" / "model.safetensors"))
@@ -58,7 +58,7 @@ def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
     assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files
     assert json.loads((out / "model" / "jina_ocr_model.json").read_text())["steps_trained"] == 3
     recipe = json.loads((out / "options.json").read_text())["recipe"]
-    assert (recipe["drill_ramp_pages"], recipe["drill_fraction"]) == (4, 0.5)
+    assert (recipe["drill_ramp_pages"], recipe["drill_fraction"], recipe["dense_fraction"]) == (4, 0.5, 0.5)
 
 
 def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):

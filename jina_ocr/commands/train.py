@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--drill-fraction", type=float, help="share of drills among the pages after the ramp (recipe: 0.4)"
     )
     sft.add_argument(
+        "--dense-fraction",
+        type=float,
+        help="share of synth pages with tables and formulas (recipe: 0.15); 0 needs no pdflatex",
+    )
+    sft.add_argument(
         "--drill-fonts",
         nargs="+",
         help="body fonts of the drills, of helv, tiro and cour (recipe: all three)",
@@ -113,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         recipe = PageRecipe(
             **{
                 name: value
-                for name in ("drill_ramp_pages", "drill_fraction", "drill_fonts")
+                for name in ("drill_ramp_pages", "drill_fraction", "drill_fonts", "dense_fraction")
                 if (value := getattr(args, name)) is not None
             }
         )
