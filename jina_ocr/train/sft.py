@@ -229,14 +229,20 @@ def train_sft(options: SFTOptions) -> Path:
         "eval": recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1)),
         "drill": options.recipe.held_out_drills(options.eval_seed, options.eval_pages),
     }
+    # Each set's teacher-forcing batch is built once; every evaluation reuses it.
+    held_out_batches = {}
+    for name, pages in held_out_sets.items():
+        batch = collator([stream.example(i, page) for i, page in enumerate(pages)])
+        batch.pop("indices")
+        held_out_batches[name] = batch
 
     @torch.no_grad()
-    def measure(pages) -> dict:
+    def measure(name: str) -> dict:
         """CER of greedy transcriptions, teacher-forced loss, and how much that loss rises with every
         image moved one page on (the image gap)."""
+        pages = held_out_sets[name]
         model.eval()
-        batch = collator([stream.example(i, page) for i, page in enumerate(pages)])
-        batch = {key: value.to(device) for key, value in batch.items() if key != "indices"}
+        batch = {key: value.to(device) for key, value in held_out_batches[name].items()}
         loss = model(**batch).loss.item()
         batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
         gap = model(**batch).loss.item() - loss
@@ -249,7 +255,7 @@ def train_sft(options: SFTOptions) -> Path:
 
     def evaluate() -> None:
         started = time.perf_counter()
-        synth, drills = (measure(pages) for pages in held_out_sets.values())
+        synth, drills = measure("eval"), measure("drill")
         _log(
             out,
             {
