@@ -243,6 +243,21 @@ class JinaOCRImageProcessor(PilBackend):
         )
 
 
+def global_view_placement(width: int, height: int, view_size: int) -> tuple[int, int, int, int]:
+    """Where a ``width`` x ``height`` page lands in its global view: ``(x, y, w, h)`` in view pixels.
+
+    Up to 640 px the page is stretched over the whole square; larger views keep the aspect ratio, the long
+    side filling the view and the short side centred. (Training maps glyph boxes to visual tokens with it.)
+    """
+    if view_size <= _MAX_STRETCHED_VIEW or width == height:
+        return 0, 0, view_size, view_size
+    if width > height:
+        short = max(1, round(height / width * view_size))
+        return 0, round((view_size - short) * 0.5), view_size, short
+    short = max(1, round(width / height * view_size))
+    return round((view_size - short) * 0.5), 0, short, view_size
+
+
 def write_global_view(page: Image.Image, out: np.ndarray) -> None:
     """Write the global view of an RGB page into ``out`` (3, S, S) as ``v / 255`` in float32.
 
@@ -251,19 +266,11 @@ def write_global_view(page: Image.Image, out: np.ndarray) -> None:
     ``round((S - short) * 0.5)``; this is PIL's ``ImageOps.pad`` with bicubic resampling.
     """
     view_size = out.shape[-1]
-    width, height = page.size
-    if view_size <= _MAX_STRETCHED_VIEW or width == height:
-        size, x, y = (view_size, view_size), 0, 0
-    elif width > height:
-        size = (view_size, max(1, round(height / width * view_size)))
-        x, y = 0, round((view_size - size[1]) * 0.5)
-    else:
-        size = (max(1, round(width / height * view_size)), view_size)
-        x, y = round((view_size - size[0]) * 0.5), 0
-    resized = np.asarray(page.resize(size, Image.Resampling.BICUBIC))
-    if size != (view_size, view_size):
+    x, y, w, h = global_view_placement(*page.size, view_size)
+    resized = np.asarray(page.resize((w, h), Image.Resampling.BICUBIC))
+    if (w, h) != (view_size, view_size):
         out[:] = np.asarray(LETTERBOX_GREY, dtype=np.float32)[:, None, None] / np.float32(255)
-    _scale_into(resized.transpose(2, 0, 1), out[:, y : y + size[1], x : x + size[0]])
+    _scale_into(resized.transpose(2, 0, 1), out[:, y : y + h, x : x + w])
 
 
 def write_tiles(page: Image.Image, grid: tuple[int, int], out: np.ndarray) -> None:

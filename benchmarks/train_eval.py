@@ -2,19 +2,23 @@
 
     python benchmarks/train_eval.py OUT [--model jina_ocr/models/jina-ocr-tiny] [--pages 100] [--seed 7]
 
-1. Held-out JinaOCRSynth pages (run seed ``--seed``, which training never used), A5 at the trained
-   body size, once text only ("plain") and once with tables and formulas ("dense"): character error
-   rate against the ground-truth Markdown, and the olmOCR-style pass rate of ``jina-ocr bench``.
-2. A plain printed page that is not from the generator: A5, a 28 pt heading and 20 pt body text set
-   with PyMuPDF's ``insert_text``, converted by ``jina-ocr convert`` at 144 dpi (the main-job command:
-   no ``--model`` when ``--model`` is the bundled one), with its character error rate.
-3. Held-out reading drills (``--drill-levels``: from a few lines of large type to full pages of body
-   text, drill seeds no training run uses): character error rate per level.
-4. FastMTP on the synth pages (``--mtp-profiles``): acceptance per depth, committed tokens per verification step, and
-   tokens per second against plain greedy in the same run at batch 1 (``--batch1-pages`` pages) and at
+1. Held-out pages of the target format (A5, a 24-32 pt heading, 2-8 lines of 18-22 pt body text in
+   Helvetica, Times or Courier, set with ``insert_text``), printed in words no training page uses
+   (:mod:`jina_ocr.train.held_out_words`): character error rate of our Markdown, per font and per line
+   count, and our model against Tesseract on the same images (both compared on the words alone, with
+   whitespace folded and heading marks dropped), with seconds per page of each.
+2. Held-out pages of each curriculum stage (``--stage-pages`` each): character error rate.
+3. Held-out JinaOCRSynth pages (run seed ``--seed``), A5, text only ("plain") and with tables and
+   formulas ("dense"): character error rate and the olmOCR-style pass rate of ``jina-ocr bench``, however
+   poor: the model was not trained to read them.
+4. The printed test page (:func:`jina_ocr.train.drills.printed_page`: a 28 pt heading, two 20 pt lines
+   of held-out words) converted by ``jina-ocr convert`` with no ``--model`` when ``--model`` is the
+   bundled one (the README's main job), with its character error rate.
+5. FastMTP on the target-format pages: acceptance per depth, committed tokens per verification step,
+   tokens per second against plain greedy in the same run at batch 1 (``--batch1-pages`` pages) and
    batch 8, and whether FastMTP's tokens equal greedy's on every page.
 
-Everything is written under OUT (pages, outputs, ``summary.json``) and the summary is printed.
+Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
 
 from __future__ import annotations
@@ -23,42 +27,27 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import time
+from collections import defaultdict
 from pathlib import Path
 
-import pymupdf
 import torch
 from PIL import Image
 
+from jina_ocr.bench.peers import tesseract_text, unavailable
 from jina_ocr.cli import main as cli
 from jina_ocr.models import BUNDLED, hub_folder
 from jina_ocr.synth import write_pages
-from jina_ocr.train.drills import drill_page
-from jina_ocr.train.evaluate import character_error_rate, transcribe
+from jina_ocr.train.drills import STAGES, printed_page
+from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.model_files import load_model_files
-
-HEADING = "Notes on the Harbour Survey"
-BODY = [
-    "The survey team measured the depth of the",
-    "harbour at low tide on three mornings in",
-    "June. The new data show that the channel",
-    "near the north pier is shallower than the",
-    "chart says, so large boats should keep to",
-    "the middle of the channel until it is dug.",
-]
+from jina_ocr.train.recipe import PageRecipe
 
 
-def printed_page(path: Path) -> str:
-    """Write the A5 test page with ``insert_text`` and return the Markdown a reader should produce."""
-    doc = pymupdf.open()
-    page = doc.new_page(width=419.53, height=595.28)
-    page.insert_text((42, 80), HEADING, fontsize=28, fontname="hebo")
-    y = 140
-    for line in BODY:
-        page.insert_text((42, y), line, fontsize=20, fontname="helv")
-        y += 28
-    doc.save(path)
-    return f"# {HEADING}\n\n" + " ".join(BODY)
+def words_only(text: str) -> str:
+    """The text with heading marks dropped and every run of whitespace folded to one space."""
+    return " ".join(re.sub(r"^#+ ", "", text, flags=re.MULTILINE).split())
 
 
 def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_new_tokens: int):
@@ -98,21 +87,101 @@ def _merge_stats(stats: list[dict]) -> dict | None:
     }
 
 
-def held_out(out: Path, profile: str, args, model, processor) -> dict:
+def transcribe(model, processor, images, args) -> tuple[list[str], float, list[list[int]]]:
+    rows, seconds, _, _ = generate_all(model, processor, images, 8, False, args.max_new_tokens)
+    return [processor.decode_ocr([row], None) for row in rows], seconds, rows
+
+
+def target_format(out: Path, args, model, processor) -> dict:
+    """Section 1, and section 5 on the same pages."""
+    pages = PageRecipe().held_out_pages(len(STAGES) - 1, args.seed, args.pages)
+    folder = out / "target_format"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, page in enumerate(pages):
+        page.image.save(folder / f"page_{i:03d}.png")
+        (folder / f"page_{i:03d}.md").write_text(page.markdown + "\n", encoding="utf-8")
+    images = [p.image for p in pages]
+    references = [p.markdown for p in pages]
+    generate_all(model, processor, images[:1], 1, False, 8)  # one-time costs, untimed
+    ours, seconds, greedy_rows = transcribe(model, processor, images, args)
+    for i, text in enumerate(ours):
+        (folder / f"page_{i:03d}.ours.md").write_text(text + "\n", encoding="utf-8")
+    result: dict = {
+        "pages": len(pages),
+        "cer": round(character_error_rate(ours, references), 4),
+        "ours_words_cer": round(
+            character_error_rate(list(map(words_only, ours)), list(map(words_only, references))), 4
+        ),
+        "ours_seconds_per_page": round(seconds / len(pages), 3),
+    }
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, page in enumerate(pages):
+        groups[f"font {page.font}"].append(i)
+        groups[f"{page.lines} lines"].append(i)
+    result["cer_by_group"] = {
+        name: round(character_error_rate([ours[i] for i in idx], [references[i] for i in idx]), 4)
+        for name, idx in sorted(groups.items())
+    }
+    if unavailable("tesseract") is None:
+        began = time.perf_counter()
+        theirs = [tesseract_text(image) for image in images]
+        result["tesseract_seconds_per_page"] = round((time.perf_counter() - began) / len(pages), 3)
+        result["tesseract_words_cer"] = round(
+            character_error_rate(list(map(words_only, theirs)), list(map(words_only, references))), 4
+        )
+    else:
+        result["tesseract"] = unavailable("tesseract")
+    if hasattr(model, "mtp_module"):
+        result["fastmtp"] = fastmtp(model, processor, images, greedy_rows, seconds, args)
+    return result
+
+
+def fastmtp(model, processor, images, greedy_rows, greedy_seconds, args) -> dict:
+    """FastMTP against greedy at batch 8 (all pages) and batch 1 (the first ``--batch1-pages``)."""
+    generate_all(model, processor, images[:1], 1, True, 8)  # one-time costs, untimed
+    drafted, seconds, tokens, stats = generate_all(model, processor, images, 8, True, args.max_new_tokens)
+    greedy_tokens = sum(len(r) for r in greedy_rows)
+    result = {
+        "batch8": {
+            **(stats or {}),
+            "tokens_per_s": round(tokens / seconds, 1),
+            "greedy_tokens_per_s": round(greedy_tokens / greedy_seconds, 1),
+            "identical_pages": f"{sum(a == b for a, b in zip(drafted, greedy_rows, strict=True))}/{len(images)}",
+        }
+    }
+    few = images[: args.batch1_pages]
+    g1, g1_seconds, g1_tokens, _ = generate_all(model, processor, few, 1, False, args.max_new_tokens)
+    m1, m1_seconds, m1_tokens, stats1 = generate_all(model, processor, few, 1, True, args.max_new_tokens)
+    result["batch1"] = {
+        **(stats1 or {}),
+        "tokens_per_s": round(m1_tokens / m1_seconds, 1),
+        "greedy_tokens_per_s": round(g1_tokens / g1_seconds, 1),
+        "identical_pages": f"{sum(a == b for a, b in zip(m1, g1, strict=True))}/{len(few)}",
+    }
+    return result
+
+
+def stages(args, model, processor) -> dict:
+    """Section 2: held-out pages of each curriculum stage."""
+    recipe, result = PageRecipe(), {}
+    for stage, name in enumerate(STAGES):
+        pages = recipe.held_out_pages(stage, args.seed, args.stage_pages)
+        texts, _, _ = transcribe(model, processor, [p.image for p in pages], args)
+        result[name] = {
+            "pages": len(pages),
+            "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
+            "sample": {"reference": pages[0].markdown[:160], "output": texts[0][:160]},
+        }
+    return result
+
+
+def synth_pages(out: Path, profile: str, args, model, processor) -> dict:
+    """Section 3: held-out synth pages of ``profile``."""
     folder = out / profile
-    pages = args.dense_pages if profile == "dense" and args.dense_pages else args.pages
-    paths = write_pages(
-        folder, pages, seed=args.seed, profile=profile, page_size="a5", font_size=args.font_size, dpi=144
-    )
+    paths = write_pages(folder, args.synth_pages, seed=args.seed, profile=profile, page_size="a5", dpi=144)
     images = [Image.open(p).convert("RGB") for p in paths]
     references = [p.with_suffix(".md").read_text(encoding="utf-8") for p in paths]
-    result: dict = {"pages": len(paths)}
-    for use_mtp in (False, True) if hasattr(model, "mtp_module") else (False,):  # one-time costs, untimed
-        generate_all(model, processor, images[:1], 1, use_mtp, 8)
-    greedy, seconds, tokens, _ = generate_all(model, processor, images, 8, False, args.max_new_tokens)
-    result["greedy_batch8_tokens_per_s"] = round(tokens / seconds, 1)
-    predictions = [processor.decode_ocr([row], None) for row in greedy]
-    result["cer"] = round(character_error_rate(predictions, references), 4)
+    predictions, seconds, _ = transcribe(model, processor, images, args)
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     for path, text in zip(paths, predictions, strict=True):
@@ -122,61 +191,61 @@ def held_out(out: Path, profile: str, args, model, processor) -> dict:
         cli(["bench", "--tests", str(folder / "tests.jsonl"), "--outputs", str(outputs), "--no-render",
              "--bootstrap", "0", "--report", str(report)])  # fmt: skip
     scored = json.loads(report.read_text(encoding="utf-8"))
-    result["bench_pass_rate"] = round(scored["overall"], 4)
-    result["bench_by_type"] = {name: f"{t['passed']}/{t['total']}" for name, t in scored["types"].items()}
-
-    if hasattr(model, "mtp_module") and profile in args.mtp_profiles:
-        drafted, mtp_seconds, mtp_tokens, stats = generate_all(
-            model, processor, images, 8, True, args.max_new_tokens
-        )
-        result["fastmtp_batch8"] = {
-            **(stats or {}),
-            "tokens_per_s": round(mtp_tokens / mtp_seconds, 1),
-            "greedy_tokens_per_s": result["greedy_batch8_tokens_per_s"],
-            "identical_pages": sum(a == b for a, b in zip(drafted, greedy, strict=True)),
-        }
-        few = images[: args.batch1_pages]
-        g1, g1_seconds, g1_tokens, _ = generate_all(model, processor, few, 1, False, args.max_new_tokens)
-        m1, m1_seconds, m1_tokens, stats1 = generate_all(model, processor, few, 1, True, args.max_new_tokens)
-        result["fastmtp_batch1"] = {
-            **(stats1 or {}),
-            "pages": len(few),
-            "tokens_per_s": round(m1_tokens / m1_seconds, 1),
-            "greedy_tokens_per_s": round(g1_tokens / g1_seconds, 1),
-            "identical_pages": sum(a == b for a, b in zip(m1, g1, strict=True)),
-        }
-    return result
-
-
-def held_out_drills(args, model, processor) -> dict:
-    """Character error rate on held-out drills per level, with the first page's output as a sample."""
-    result = {}
-    for level in args.drill_levels:
-        pages = [drill_page(f"held-out/{level}/{i}", level) for i in range(args.drill_pages)]
-        texts = transcribe(model, processor, [p.image for p in pages], max_new_tokens=args.max_new_tokens)
-        result[str(level)] = {
-            "pages": len(pages),
-            "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
-            "sample": {"reference": pages[0].markdown[:160], "output": texts[0][:160]},
-        }
-    return result
+    return {
+        "pages": len(paths),
+        "cer": round(character_error_rate(predictions, references), 4),
+        "seconds_per_page": round(seconds / len(paths), 3),
+        "bench_pass_rate": round(scored["overall"], 4),
+    }
 
 
 def convert_printed_page(out: Path, model_files: Path) -> dict:
-    pdf = out / "a5_printed.pdf"
-    reference = printed_page(pdf)
+    """Section 4: the printed test page through ``jina-ocr convert``."""
+    page = printed_page()
+    pdf = out / "printed_page.pdf"
+    pdf.write_bytes(page.pdf_bytes)
     command = ["convert", str(pdf)]
     if model_files.resolve() != BUNDLED:
         command += ["--model", str(hub_folder(model_files))]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         cli(command)
-    text = buffer.getvalue().strip()
+    text = re.sub(r"^<!-- page \d+ -->\n", "", buffer.getvalue().strip())
     return {
-        "reference": reference,
+        "reference": page.markdown,
         "output": text,
-        "cer": round(character_error_rate([text], [reference]), 4),
+        "cer": round(character_error_rate([text], [page.markdown]), 4),
     }
+
+
+def print_table(summary: dict) -> None:
+    target = summary["target_format"]
+    print(f"\nTarget-format held-out pages ({target['pages']}):")
+    print(f"{'system':<14}{'words CER':>10}{'s/page':>9}")
+    print(f"{'ours':<14}{target['ours_words_cer']:>10.4f}{target['ours_seconds_per_page']:>9.3f}")
+    if "tesseract_words_cer" in target:
+        print(
+            f"{'tesseract':<14}{target['tesseract_words_cer']:>10.4f}{target['tesseract_seconds_per_page']:>9.3f}"
+        )
+    print(f"ours, Markdown CER {target['cer']:.4f}; by group:")
+    for name, cer in target["cer_by_group"].items():
+        print(f"  {name:<12}{cer:>8.4f}")
+    print(
+        "\nHeld-out pages per stage: "
+        + ", ".join(f"{k} {v['cer']:.4f}" for k, v in summary["stages"].items())
+    )
+    for profile in ("plain", "dense"):
+        if profile in summary:
+            s = summary[profile]
+            print(f"synth {profile}: CER {s['cer']:.4f}, bench pass rate {s['bench_pass_rate']:.4f}")
+    print(f"printed page through jina-ocr convert: CER {summary['printed_page']['cer']:.4f}")
+    if "fastmtp" in target:
+        for batch, row in target["fastmtp"].items():
+            print(
+                f"FastMTP {batch}: {row['tokens_per_s']} tok/s vs greedy {row['greedy_tokens_per_s']}; "
+                f"acceptance {row.get('acceptance_per_depth')}, committed/step {row.get('committed_per_step')}, "
+                f"identical {row['identical_pages']}"
+            )
 
 
 def main() -> None:
@@ -185,29 +254,26 @@ def main() -> None:
     parser.add_argument(
         "--model", type=Path, default=BUNDLED, help="model files (default: the bundled jina-ocr-tiny)"
     )
-    parser.add_argument("--pages", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=7, help="held-out run seed (training used 0, 1 and 2)")
-    parser.add_argument("--font-size", type=float, default=20.0)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--batch1-pages", type=int, default=20)
-    parser.add_argument("--profiles", nargs="+", default=["plain", "dense"])
-    parser.add_argument("--dense-pages", type=int, help="pages of the dense profile (default: --pages)")
-    parser.add_argument(
-        "--mtp-profiles", nargs="*", default=["plain"], help="profiles FastMTP is measured on"
-    )
-    parser.add_argument("--drill-levels", type=float, nargs="*", default=[0.3, 0.6, 1.0])
-    parser.add_argument("--drill-pages", type=int, default=30, help="held-out drills per level")
+    parser.add_argument("--pages", type=int, default=100, help="held-out target-format pages (100)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of every held-out page (7)")
+    parser.add_argument("--stage-pages", type=int, default=16, help="held-out pages per curriculum stage")
+    parser.add_argument("--synth-pages", type=int, default=20, help="held-out synth pages per profile")
+    parser.add_argument("--profiles", nargs="*", default=["plain", "dense"], help="synth profiles to read")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--batch1-pages", type=int, default=10)
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     model, processor = load_model_files(args.model)
-    summary = {profile: held_out(args.out, profile, args, model, processor) for profile in args.profiles}
-    summary["drills"] = held_out_drills(args, model, processor)
-    summary["printed_a5_page"] = convert_printed_page(args.out, args.model)
+    summary = {"target_format": target_format(args.out, args, model, processor)}
+    summary["stages"] = stages(args, model, processor)
+    for profile in args.profiles:
+        summary[profile] = synth_pages(args.out, profile, args, model, processor)
+    summary["printed_page"] = convert_printed_page(args.out, args.model)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(summary, indent=2))
+    print_table(summary)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,114 @@
-"""How a from-scratch run starts: reading drills, their mix with synth pages, the standardising projector."""
+"""Training pages: the curriculum's drill layouts, the held-out words, the page mix, the standardising projector."""
 
 from __future__ import annotations
+
+import ast
+import inspect
+import random
+import re
 
 import pymupdf
 import pytest
 import torch
 
-from jina_ocr.synth.text import ADJECTIVES, NOUNS, VERBS
-from jina_ocr.train.drills import drill_page
+import jina_ocr.synth as synth
+import jina_ocr.train.drills as drills
+from jina_ocr.train.drills import STAGES, drill_page, drill_word
+from jina_ocr.train.held_out_words import HELD_OUT_WORDS
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.vision import standardize_projector
 
-VOCABULARY = set(NOUNS + ADJECTIVES + VERBS)
+RECIPE = PageRecipe()
 
 
-def _printed_words(page) -> list[str]:
-    """The words PyMuPDF reads back from the drill's PDF, in reading order."""
+def _printed_lines(page) -> list[tuple[float, list[str], float]]:
+    """(baseline y, words, font size) of each printed line, top to bottom, read back from the PDF."""
     with pymupdf.open(stream=page.pdf_bytes, filetype="pdf") as doc:
-        return doc[0].get_text().split()
+        lines = []
+        for block in doc[0].get_text("dict")["blocks"]:
+            for line in block["lines"]:
+                span = line["spans"][0]
+                words = " ".join(s["text"] for s in line["spans"]).split()
+                lines.append((span["origin"][1], words, span["size"]))
+        return sorted(lines)
 
 
-@pytest.mark.parametrize("level", [0.0, 0.2, 0.5, 1.0])
-def test_drill_ground_truth_is_the_printed_text(level):
-    for seed in range(5):
-        page = drill_page(f"test/{seed}", level)
+@pytest.mark.parametrize("stage", STAGES)
+def test_drill_ground_truth_is_the_printed_text(stage):
+    for seed in range(6):
+        page = RECIPE.drill(stage, f"test/{seed}")
         words = [w for w in page.markdown.split() if w != "#"]
-        assert words == _printed_words(page)
+        assert words == [w for _, line, _ in _printed_lines(page) for w in line]
+        assert page.markdown.count("# ") <= 1 and (stage != "line" or "# " not in page.markdown)
 
 
-def test_drills_grow_from_a_few_known_words_to_a_page_of_new_ones():
-    first = [drill_page(f"test/{i}", 0.0) for i in range(20)]
-    assert all(1 <= len(p.markdown.split()) <= 3 for p in first)
-    assert all(set(p.markdown.split()) <= VOCABULARY for p in first)
-    full = [drill_page(f"test/{i}", 1.0) for i in range(20)]
-    assert min(len(p.markdown.split()) for p in full) > 20
-    words = [w.strip(",.;:").lower() for p in full for w in p.markdown.split() if w != "#"]
-    unknown = [w for w in words if w not in VOCABULARY and not w.isdigit()]
-    assert 0.3 < len(unknown) / len(words) < 0.6
-    assert drill_page("same", 0.7).markdown == drill_page("same", 0.7).markdown
-    assert drill_page("same", 0.7).image.tobytes() == drill_page("same", 0.7).image.tobytes()
+def test_early_stages_put_one_line_on_each_row_of_visual_tokens():
+    row = RECIPE.row_height()
+    for stage, counts in (("line", range(1, 4)), ("rows", range(2, 9))):
+        for seed in range(12):
+            lines = _printed_lines(RECIPE.drill(stage, f"test/{seed}"))
+            body = [y for y, _, size in lines if size < 24.5]
+            assert len(body) in counts
+            for y, _, size in lines:
+                # The whole line (cap height above, descenders below the baseline) sits inside one row.
+                top, bottom = y - 0.75 * size, y + 0.25 * size
+                assert int(top // row) == int(bottom // row)
+            assert len({int(y // row) for y, _, _ in lines}) == len(lines)
+
+
+def test_the_last_stage_is_the_target_format():
+    for seed in range(12):
+        lines = _printed_lines(RECIPE.drill("page", f"test/{seed}"))
+        body = [(y, size) for y, _, size in lines if size <= 22]
+        headings = [size for _, _, size in lines if size >= 24]
+        assert 2 <= len(body) <= 8 and len(headings) <= 1
+        assert all(24 <= size <= 32 for size in headings)
+        gaps = {round(b[0] - a[0], 3) for a, b in zip(body, body[1:], strict=False)}
+        assert len(gaps) == 1 and 1.15 * body[0][1] - 0.01 <= gaps.pop() <= 1.5 * body[0][1] + 0.01
+
+
+def _string_words(module) -> set[str]:
+    """Every lowercase word of every string constant in a module's source, docstrings aside: the words
+    a page generator can print."""
+    tree = ast.parse(inspect.getsource(module))
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    words = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words |= set(re.findall(r"[a-z]+", node.value.lower()))
+    return words
+
+
+def test_no_held_out_word_is_in_the_training_vocabulary():
+    generators = ("text", "tables", "blocks", "compose", "page", "formulas")
+    modules = [drills, *(getattr(synth, name) for name in generators)]
+    assert "algorithm" in _string_words(synth.text)  # the scan does see the vocabulary
+    training_vocabulary = set().union(*map(_string_words, modules))
+    assert not training_vocabulary & set(HELD_OUT_WORDS)
+    assert len(HELD_OUT_WORDS) == len(set(HELD_OUT_WORDS)) >= 200
+
+
+def test_nonsense_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch):
+    spelled = iter(["garden", "river", "blorf"])
+    monkeypatch.setattr(drills, "nonsense_word", lambda rng: next(spelled))
+
+    class Rolls(random.Random):
+        def random(self):  # the nonsense branch, no capital, no punctuation
+            return 0.3
+
+    assert drill_word(Rolls()) == "blorf"
+
+
+def test_held_out_pages_print_only_held_out_words_and_never_a_training_page():
+    held_out = set(HELD_OUT_WORDS)
+    for stage in range(len(STAGES)):
+        pages = RECIPE.held_out_pages(stage, seed=0, count=4)
+        words = {w.strip(",.;:").lower() for p in pages for w in p.markdown.split() if w != "#"}
+        assert words <= held_out
+        training = {RECIPE.training_page(0, i, stage).markdown for i in range(1, 30)}
+        assert not training & {p.markdown for p in pages}
+    one_line = RECIPE.held_out_pages(0, seed=0, count=6)
+    assert all(len(_printed_lines(p)) == 1 for p in one_line)
 
 
 def _fonts_used(page) -> set[str]:
@@ -47,36 +117,35 @@ def _fonts_used(page) -> set[str]:
 
 
 def test_drill_fonts_limit_the_faces_a_recipe_prints():
-    recipe = PageRecipe(drill_ramp_pages=0, drill_fraction=1.0, drill_fonts=("cour",))
-    pages = [recipe.training_page(0, i) for i in range(1, 9)]
+    recipe = PageRecipe(drill_fonts=("cour",))
+    pages = [recipe.training_page(0, i, 1) for i in range(1, 9)]
     assert set().union(*map(_fonts_used, pages)) <= {"Courier", "Courier-Bold"}
-    mixed = [drill_page(f"test/{i}", 1.0) for i in range(12)]
+    mixed = [drill_page("page", f"test/{i}", RECIPE.row_height()) for i in range(12)]
     assert {"Helvetica", "Times-Roman", "Courier"} <= set().union(*map(_fonts_used, mixed))
 
 
-def test_held_out_drills_span_the_levels_and_are_never_training_pages():
-    recipe = PageRecipe(drill_ramp_pages=0, drill_fraction=1.0)
-    held_out = recipe.held_out_drills(seed=0, count=4)
-    words = [len(p.markdown.split()) for p in held_out]
-    assert words == sorted(words) and words[0] < 10 < words[-1]
-    training = {recipe.training_page(0, i).markdown for i in range(1, 40)}
-    assert not training & {p.markdown for p in held_out}
-
-
-def test_unknown_drill_font_is_refused_by_name(tmp_path, capsys):
+def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
     from jina_ocr.cli import main
 
     assert main(["train", "sft", str(tmp_path / "run"), "--drill-fonts", "helv", "comic"]) != 0
     assert "--drill-fonts: unknown comic" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--stage", "chapter"]) != 0
+    assert "--stage: unknown chapter; choose from line, rows, page" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--advance-cer", "0.2"]) != 0
+    assert "--advance-cer takes 2 values" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 
-def test_recipe_starts_on_drills_and_mixes_in_synth_pages():
-    recipe = PageRecipe(drill_ramp_pages=100, drill_fraction=0.5)
-    early = [type(recipe.training_page(0, i)).__name__ for i in range(1, 6)]
-    assert early == ["DrillPage"] * 5
-    late = [type(recipe.training_page(0, i)).__name__ for i in range(200, 240)]
-    assert 8 < late.count("SynthPage") < 32
+def test_each_stage_mixes_in_the_earlier_ones_and_the_last_adds_synth_pages():
+    def layouts(stage: int) -> list[str]:
+        pages = [RECIPE.training_page(0, i, stage) for i in range(1, 121)]
+        return [getattr(page, "stage", "synth") for page in pages]
+
+    assert set(layouts(0)) == {"line"}
+    rows = layouts(1)
+    assert set(rows) == {"line", "rows"} and 15 <= rows.count("line") <= 45
+    last = layouts(2)
+    assert 8 <= last.count("synth") <= 30 and 15 <= last.count("line") + last.count("rows") <= 45
 
 
 def test_standardized_projector_sees_centred_unit_features(tiny_model_and_views):

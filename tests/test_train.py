@@ -10,12 +10,14 @@ import torch
 from safetensors.torch import load_file
 
 from jina_ocr.cli import main
+from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
+from jina_ocr.train.model_files import load_model_files, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
 from jina_ocr.train.sft import SFTOptions, starting_model
-from jina_ocr.train.tokenizer import train_tokenizer
+from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import VISION_MODULES
 
 CORPUS = ["# A heading\n\nSome body text of a page.", "<table><tr><td>1</td></tr></table> and $x^2$"] * 5
@@ -27,38 +29,74 @@ def _log(folder):
 
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
-    """Two steps of sft on two-page batches, then one more step resumed from the checkpoint."""
-    out = tmp_path_factory.mktemp("train") / "sft"
-    common = ["train", "sft", str(out), "--batch-size", "2", "--tokenizer-pages", "3", "--vocab-size", "400"]
-    common += ["--eval-pages", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "24"]
-    common += ["--warmup", "1", "--threads", "2", "--workers", "0", "--vision-warmup-steps", "2"]
-    common += ["--drill-ramp-pages", "4", "--drill-fraction", "0.5", "--dense-fraction", "0.5"]
+    """Two steps of sft on two-page batches, one more resumed from the checkpoint, then one more in
+    another folder resumed from the model files alone. ``--advance-cer 100 100`` passes every stage at
+    its first evaluation, so the curriculum moves at steps 2 and 3."""
+    root = tmp_path_factory.mktemp("train")
+    out = root / "sft"
+    common = ["train", "sft", str(out), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "2"]
+    common += ["--log-every", "1", "--max-target-tokens", "24", "--warmup", "1", "--threads", "2"]
+    common += ["--workers", "0", "--vision-warmup-steps", "2", "--advance-cer", "100", "100"]
+    common += ["--dense-fraction", "0.5"]
     assert main([*common, "--steps", "2"]) == 0
     first = _log(out)
     first_weights = load_file(str(out / "model" / "model.safetensors"))
-    assert main([*common, "--steps", "3"]) == 0
-    return out, first, _log(out), first_weights
+    assert main([*common, "--steps", "4", "--stop-at", "3"]) == 0
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    again = root / "again"
+    common[2] = str(again)
+    assert main([*common, "--steps", "4", "--resume-from", str(out / "model")]) == 0
+    return out, first, _log(out), first_weights, checkpoint, again
 
 
-def test_sft_smoke_run_logs_loss_and_held_out_cer_and_resumes(sft_run):
-    out, first, log, _ = sft_run
+def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
+    out, first, log, _, checkpoint, _ = sft_run
     losses = [r for r in log if "loss" in r]
     assert [r["step"] for r in losses] == [1, 2, 3]
-    assert all(r["loss"] > 0 for r in losses)
+    assert all(r["loss"] > 0 and r["glyph_loss"] > 0 and r["align_loss"] > 0 for r in losses)
+    assert all(0 <= r["glyph_acc"] <= 1 and 0 < r["align_mass"] < 1 for r in losses)
     # The resumed step trains on the pages after those of the first two steps.
     assert losses[1]["pages"] == 4 and losses[2]["pages"] == 6
-    evals = [r for r in log if "eval_cer" in r]
-    assert [r["step"] for r in evals] == [2, 3] and all(r["eval_cer"] >= 0 for r in evals)
-    assert all(isinstance(r["image_gap"], float) and r["eval_loss"] > 0 for r in evals)
-    assert all(
-        isinstance(r["drill_gap"], float) and r["drill_loss"] > 0 and r["drill_cer"] >= 0 for r in evals
-    )
+    evals = [r for r in log if "eval_seconds" in r]
+    assert [(r["step"], r["stage"]) for r in evals] == [(2, "line")]
+    for key in ("cer", "loss", "gap", "glyph_acc", "align_mass"):
+        assert isinstance(evals[0][f"line_{key}"], float) and isinstance(evals[0][f"page_{key}"], float)
     assert len(first) < len(log)
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files
-    assert json.loads((out / "model" / "jina_ocr_model.json").read_text())["steps_trained"] == 3
-    recipe = json.loads((out / "options.json").read_text())["recipe"]
-    assert (recipe["drill_ramp_pages"], recipe["drill_fraction"], recipe["dense_fraction"]) == (4, 0.5, 0.5)
+    settings = json.loads((out / "model" / "jina_ocr_model.json").read_text())
+    assert settings["steps_trained"] == 3
+    assert settings["progress"] == checkpoint["progress"] == {"step": 3, "next_index": 7, "stage": "rows"}
+    assert json.loads((out / "options.json").read_text())["recipe"]["dense_fraction"] == 0.5
+
+
+def test_the_curriculum_advances_on_the_held_out_metric(sft_run):
+    log = sft_run[2]
+    assert [(r["step"], r["advanced_to"]) for r in log if "advanced_to" in r] == [(2, "rows")]
+    stages = [(r["step"], r["stage"]) for r in log if "loss" in r]
+    assert stages == [(1, "line"), (2, "line"), (3, "rows")]
+
+
+def test_a_run_resumes_from_the_model_files_alone(sft_run):
+    out, *_, again = sft_run
+    log = _log(again)
+    losses = [r for r in log if "loss" in r]
+    # Step, page index and stage come from the files; the stage advances again at the last evaluation.
+    assert [(r["step"], r["pages"], r["stage"]) for r in losses] == [(4, 8, "rows")]
+    assert [r["advanced_to"] for r in log if "advanced_to" in r] == ["page"]
+    assert load_tokenizer(again / "model").get_vocab() == load_tokenizer(out / "model").get_vocab()
+    # A fresh optimizer ramps its rate up again instead of starting at the schedule's value.
+    assert losses[0]["lr"] < 1e-3 / 10
+
+
+def test_training_only_parts_never_ship_with_the_model(sft_run):
+    out = sft_run[0]
+    model, _ = load_model_files(out / "model")
+    saved = load_file(str(out / "model" / "model.safetensors"))
+    fresh = JinaOCRForConditionalGeneration(model.config).state_dict()
+    assert set(saved) == set(fresh)
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert not [key for key in config if "glyph" in key or "align" in key]
 
 
 def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):
@@ -82,14 +120,23 @@ def test_depth_weights_are_fastmtp_s():
 
 def test_labels_cover_the_target_only():
     collator = Collator(prompt=[5, 6, 7], pad_token_id=2)
+    glyphs = torch.full((4, 2, 6), -1)
     examples = [
-        Example(1, torch.zeros(3, 4, 4), [10, 11, 1], "ab"),
-        Example(2, torch.zeros(3, 4, 4), [12, 1], "c"),
+        Example(1, torch.zeros(3, 4, 4), [10, 11, 1], "ab", [0, 1, -1], glyphs),
+        Example(2, torch.zeros(3, 4, 4), [12, 1], "c", [3, -1], glyphs),
     ]
     batch = collator(examples)
     assert batch["input_ids"].tolist() == [[5, 6, 7, 10, 11, 1], [5, 6, 7, 12, 1, 2]]
     assert batch["labels"].tolist() == [[-100, -100, -100, 10, 11, 1], [-100, -100, -100, 12, 1, -100]]
     assert batch["attention_mask"].tolist() == [[1] * 6, [1] * 5 + [0]]
+    assert batch["token_cells"].tolist() == [[0, 1, -1], [3, -1, -1]]
+
+
+def test_the_default_tokenizer_writes_one_token_per_character():
+    tokenizer = train_tokenizer(CORPUS)
+    text = "Hello, page 42: body text."
+    assert len(tokenizer.encode(text, add_special_tokens=False)) == len(text)
+    assert len(tokenizer) == BYTE_VOCAB_SIZE
 
 
 def test_tokenizer_keeps_the_real_special_tokens_in_order():
@@ -140,9 +187,8 @@ def test_mtp_pairing_matches_the_drafter_convention():
 def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_path):
     """The run's first two steps (--vision-warmup-steps 2) leave SAM, CLIP and the projector exactly at
     their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
-    out, _, _, after_warm_up = sft_run
-    options = SFTOptions(out=tmp_path, tokenizer_pages=3, vocab_size=400)
-    init = starting_model(options)[0].state_dict()
+    out, _, _, after_warm_up, *_ = sft_run
+    init = starting_model(SFTOptions(out=tmp_path))[0].state_dict()
     vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
     decoder = [k for k in after_warm_up if k.startswith("model.layers.")]
     assert vision and decoder

@@ -12,17 +12,17 @@ HELP = "Train a small model on synthetic pages (sft), then its FastMTP head by s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    stages = parser.add_subparsers(dest="stage", required=True, metavar="{sft,mtp}")
-    sft = stages.add_parser(
+    phases = parser.add_subparsers(dest="phase", required=True, metavar="{sft,mtp}")
+    sft = phases.add_parser(
         "sft",
-        help="supervised training of the whole model (teacher forcing on ground-truth Markdown)",
-        description="Train the whole model on synth pages; run again with the same OUT to resume.",
+        help="supervised training of the whole model (teacher forcing plus dense glyph supervision)",
+        description="Train the whole model on drill and synth pages; run again with the same OUT to resume.",
     )
     sft.add_argument(
         "out", type=Path, help="run folder: model/, checkpoint.pt, log.jsonl (resumes if present)"
     )
     sft.add_argument(
-        "--steps", type=int, default=1500, help="optimizer steps; the schedule ends there (1500)"
+        "--steps", type=int, default=8000, help="optimizer steps; the schedule ends there (8000)"
     )
     sft.add_argument("--batch-size", type=int, default=8, help="pages per step (8)")
     sft.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of AdamW (1e-3)")
@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sft.add_argument("--seed", type=int, default=0, help="seed of the training pages, tokenizer and init (0)")
     sft.add_argument("--eval-seed", type=int, default=1, help="seed of the held-out pages (1)")
     sft.add_argument("--eval-every", type=int, default=250, help="steps between held-out evaluations (250)")
-    sft.add_argument("--eval-pages", type=int, default=16, help="held-out pages per evaluation (16)")
+    sft.add_argument(
+        "--eval-pages", type=int, default=16, help="held-out pages per stage and evaluation (16)"
+    )
     sft.add_argument("--log-every", type=int, default=10, help="steps per logged mean loss (10)")
     sft.add_argument("--checkpoint-minutes", type=float, default=5.0, help="minutes between checkpoints (5)")
     sft.add_argument("--max-minutes", type=float, help="stop (and checkpoint) after this long; resume later")
@@ -42,24 +44,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="stop (and checkpoint) after this step; the schedule still ends at --steps",
     )
-    sft.add_argument("--init", type=Path, help="fine-tune these model files instead of starting from scratch")
-    sft.add_argument("--tokenizer-pages", type=int, default=300, help="pages the tokenizer is learnt from")
-    sft.add_argument("--vocab-size", type=int, default=2048, help="tokenizer size with specials (2048)")
-    sft.add_argument("--max-target-tokens", type=int, default=256, help="ground-truth tokens per page (256)")
+    start = sft.add_mutually_exclusive_group()
+    start.add_argument(
+        "--init", type=Path, help="fine-tune these model files instead of starting from scratch"
+    )
+    start.add_argument(
+        "--resume-from",
+        type=Path,
+        help="continue the run these model files record (step, stage, tokenizer) with a fresh optimizer, "
+        "when OUT has no checkpoint (e.g. jina_ocr/models/jina-ocr-tiny)",
+    )
+    sft.add_argument("--stage", help="curriculum stage a new run starts in: line, rows or page (line)")
+    sft.add_argument(
+        "--advance-cer",
+        type=float,
+        nargs="+",
+        metavar="CER",
+        help="held-out character error rate under which each stage but the last hands over (0.25 0.15)",
+    )
+    sft.add_argument(
+        "--glyph-weight", type=float, default=1.0, help="weight of the per-glyph loss on visual tokens (1.0)"
+    )
+    sft.add_argument(
+        "--align-weight", type=float, default=1.0, help="weight of the attention-alignment loss (1.0)"
+    )
+    sft.add_argument(
+        "--align-layers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="decoder layers whose first head the alignment loss supervises (1 2)",
+    )
+    sft.add_argument(
+        "--tokenizer-pages", type=int, default=300, help="pages BPE merges are learnt from (300)"
+    )
+    sft.add_argument(
+        "--vocab-size", type=int, help="tokenizer size with specials (default: bytes only, no merges)"
+    )
+    sft.add_argument("--max-target-tokens", type=int, default=512, help="ground-truth tokens per page (512)")
     sft.add_argument(
         "--vision-warmup-steps",
         type=int,
-        default=500,
-        help="steps a fresh model trains with SAM, CLIP and the projector frozen at init (500)",
+        default=0,
+        help="steps a fresh model trains with SAM, CLIP and the projector frozen at init (0)",
     )
     sft.add_argument(
-        "--vision-lr-scale", type=float, default=0.1, help="learning rate of the vision towers / --lr (0.1)"
-    )
-    sft.add_argument(
-        "--drill-ramp-pages", type=int, help="pages over which drills grow to full pages (recipe: 16000)"
-    )
-    sft.add_argument(
-        "--drill-fraction", type=float, help="share of drills among the pages after the ramp (recipe: 0.4)"
+        "--vision-lr-scale", type=float, default=1.0, help="learning rate of the vision towers / --lr (1.0)"
     )
     sft.add_argument(
         "--dense-fraction",
@@ -82,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sft.add_argument("--workers", type=int, default=1, help="DataLoader processes that render pages (1)")
     sft.add_argument("--threads", type=int, help="torch CPU threads of the training process")
 
-    mtp = stages.add_parser(
+    mtp = phases.add_parser(
         "mtp",
         help="train the FastMTP head on the frozen model's own greedy outputs (self-distillation)",
         description="Train the FastMTP head with the main model frozen; writes OUT/model.",
@@ -101,8 +131,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.stage == "sft":
-        from jina_ocr.train.drills import BODY_FONTS
+    if args.phase == "sft":
+        from jina_ocr.train.drills import BODY_FONTS, STAGES
         from jina_ocr.train.recipe import PageRecipe
         from jina_ocr.train.sft import SFTOptions, train_sft
 
@@ -114,19 +144,34 @@ def run(args: argparse.Namespace) -> int:
                 )
             args.drill_fonts = tuple(args.drill_fonts)
 
-        names = {f for f in SFTOptions.__dataclass_fields__ if f != "recipe"}
+        if args.stage is not None and args.stage not in STAGES:
+            raise UserError(f"--stage: unknown {args.stage}; choose from {', '.join(STAGES)}")
+        if args.advance_cer is not None:
+            if len(args.advance_cer) != len(STAGES) - 1:
+                raise UserError(
+                    f"--advance-cer takes {len(STAGES) - 1} values, one per stage before the last "
+                    f"({', '.join(STAGES[:-1])})"
+                )
+            args.advance_cer = tuple(args.advance_cer)
+        args.align_layers = tuple(args.align_layers)
+        names = {
+            name
+            for name in SFTOptions.__dataclass_fields__
+            if name != "recipe" and getattr(args, name, None) is not None
+        }
         recipe = PageRecipe(
             **{
                 name: value
-                for name in ("drill_ramp_pages", "drill_fraction", "drill_fonts", "dense_fraction")
+                for name in ("drill_fonts", "dense_fraction", "advance_cer")
                 if (value := getattr(args, name)) is not None
             }
         )
         options = SFTOptions(**{name: getattr(args, name) for name in names}, recipe=recipe)
         _check_positive(options.steps, "--steps")
         _check_positive(options.batch_size, "--batch-size")
-        if options.init is not None and not (options.init / "config.json").exists():
-            raise UserError(f"--init {options.init}: no config.json there; give the model/ folder of a run")
+        for flag, folder in (("--init", options.init), ("--resume-from", options.resume_from)):
+            if folder is not None and not (folder / "config.json").exists():
+                raise UserError(f"{flag} {folder}: no config.json there; give the model/ folder of a run")
         folder = train_sft(options)
     else:
         from jina_ocr.train.mtp import MTPOptions, train_mtp

@@ -1,13 +1,14 @@
 """Training batches of drill and JinaOCRSynth pages, generated on the fly in DataLoader workers.
 
-Page ``index`` of a run seed is always the same page (:meth:`~jina_ocr.train.recipe.PageRecipe.training_page`
-picks a drill or a synth page and its parameters from the seed and the index), and the DataLoader
-hands pages over in index order whatever the number of workers, so a resumed run sees exactly the pages
-an uninterrupted one would have seen.
+Page ``index`` of a run seed and curriculum stage is always the same page
+(:meth:`~jina_ocr.train.recipe.PageRecipe.training_page` picks a drill or a synth page and its
+parameters from the seed, the index and the stage), and the DataLoader hands pages over in index order
+whatever the number of workers, so a resumed run sees exactly the pages an uninterrupted one would have.
 
 Every page uses the same prompt and the processor mode has no tiles, so the prompt (chat template plus
 image placeholders) is one fixed id sequence; a training row is that prompt followed by the page's
-ground-truth Markdown and EOS, with the labels masked (-100) on the prompt and on padding.
+ground-truth Markdown and EOS, with the labels masked (-100) on the prompt and on padding. Each example
+also carries the page's glyph targets (:mod:`jina_ocr.train.glyphs`) for the training-only losses.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import torch
 from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
+from jina_ocr.remote_code.processing_jina_ocr import MODES
+from jina_ocr.train.glyphs import NO_CELL, ViewGrid, glyph_targets
 from jina_ocr.train.recipe import PageRecipe
 
 IGNORE_INDEX = -100
@@ -26,12 +29,15 @@ IGNORE_INDEX = -100
 
 @dataclass
 class Example:
-    """One page: its single global view (3, S, S), its target ids (Markdown + EOS) and its Markdown."""
+    """One page: its single global view (3, S, S), its target ids (Markdown + EOS), its Markdown, and
+    per target id the visual index of its glyph's cell and per cell its glyphs' ids."""
 
     index: int
     pixel_values: torch.Tensor
     target_ids: list[int]
     markdown: str
+    token_cells: list[int]
+    cell_glyphs: torch.Tensor
 
 
 def target_ids(tokenizer, markdown: str, max_tokens: int) -> list[int]:
@@ -59,13 +65,17 @@ class TrainingPageStream(IterableDataset):
     lay out is skipped, the same one on every run.
     """
 
-    def __init__(self, processor, seed: int, recipe: PageRecipe, start: int, max_target_tokens: int):
+    def __init__(
+        self, processor, seed: int, recipe: PageRecipe, start: int, max_target_tokens: int, stage: int = 0
+    ):
         self.image_processor = processor.image_processor
         self.tokenizer = processor.tokenizer
+        self.grid = ViewGrid(MODES[self.image_processor.mode.lower()][0])
         self.seed = seed
         self.recipe = recipe
         self.start = start
         self.max_target_tokens = max_target_tokens
+        self.stage = stage
 
     def __iter__(self) -> Iterator[Example]:
         info = get_worker_info()
@@ -80,12 +90,16 @@ class TrainingPageStream(IterableDataset):
             index += workers
 
     def page(self, index: int):
-        return self.recipe.training_page(self.seed, index)
+        return self.recipe.training_page(self.seed, index, self.stage)
 
     def example(self, index: int, page) -> Example:
         pixels = self.image_processor([page.image])["pixel_values"][0]
+        ids = target_ids(self.tokenizer, page.markdown, self.max_target_tokens)
+        targets = glyph_targets(
+            self.tokenizer, page.markdown.strip(), page.pdf_bytes, page.image.size, self.grid
+        )
         return Example(
-            index, pixels, target_ids(self.tokenizer, page.markdown, self.max_target_tokens), page.markdown
+            index, pixels, ids, page.markdown, targets.token_cells[: len(ids)], targets.cell_glyphs
         )
 
 
@@ -101,11 +115,13 @@ class Collator:
         input_ids = torch.full((len(examples), length), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
         attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
+        token_cells = torch.full((len(examples), length - len(self.prompt)), NO_CELL, dtype=torch.long)
         for row, example in enumerate(examples):
             ids = self.prompt + example.target_ids
             input_ids[row, : len(ids)] = torch.tensor(ids)
             labels[row, len(self.prompt) : len(ids)] = torch.tensor(example.target_ids)
             attention_mask[row, : len(ids)] = 1
+            token_cells[row, : len(example.token_cells)] = torch.tensor(example.token_cells)
         return {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -113,4 +129,6 @@ class Collator:
             "pixel_values": torch.stack([e.pixel_values for e in examples]),
             "image_grids": torch.zeros((len(examples), 2), dtype=torch.long),
             "indices": torch.tensor([e.index for e in examples]),
+            "token_cells": token_cells,
+            "cell_glyphs": torch.stack([e.cell_glyphs for e in examples]),
         }

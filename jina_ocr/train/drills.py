@@ -1,23 +1,26 @@
-"""Reading drills: plain printed A5 pages of random words, from one line up to a full page.
+"""Reading drills: plain printed A5 pages of random words, in the layouts of the curriculum's stages.
 
 A model trained from scratch on full synth pages first learns the language of the ground truth and
-never starts looking at the image: with ~400 characters spread over 100 visual tokens, no single
-token says much about the next word, so the gradient that would teach the vision tower to read is
-lost in noise (measured: the loss with another page's image equals the loss with the right one after
-thousands of pages). A page with one line of large words fixes that: only a few visual tokens carry
-ink, so the decoder finds them, and the words are random, so it cannot guess them without reading.
+never starts looking at the image, and synth pages can be predicted from their closed vocabulary
+without reading. Drill words are drawn from the synth vocabulary, from pronounceable nonsense words and
+from numbers, so the model must read letters rather than recall words, and the layouts grow with the
+curriculum (:mod:`jina_ocr.train.recipe`):
 
-Drills grow in three phases as ``level`` goes from 0 to 1: up to 0.15, one to three vocabulary words in
-56-48 pt type (a few hundred possible words: the decoder learns to look at the image); up to 0.4, the type
-shrinks to body size (18-22 pt) while pronounceable nonsense words built from syllables and numbers
-come in, so the model must read letters rather than recall words (half the words at full level); then
-the lines fill the page. Pages are set with PyMuPDF's ``insert_text`` in
-the base-14 fonts, which is also how a plain printed page outside the generator is made.
+- ``line``: one to three lines of 18-24 pt type, each on its own row of visual tokens (one line per
+  cell row is the geometry whose glyphs the vision towers learn fastest);
+- ``rows``: an optional 24-32 pt heading and two to eight body lines, still one per cell row;
+- ``page``: the target format, a 24-32 pt heading and two to eight lines of 18-22 pt body text at
+  natural leading (1.15-1.5), so a cell row holds parts of two lines.
+
+Pages are set with PyMuPDF's ``insert_text`` in the base-14 fonts, which is also how a plain printed
+page outside the generator is made. The held-out pages of :mod:`jina_ocr.train.held_out_words` use the
+same layouts with words no drill ever prints.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pymupdf
@@ -25,23 +28,30 @@ from PIL import Image
 
 from jina_ocr.synth.page import render
 from jina_ocr.synth.text import ADJECTIVES, NOUNS, VERBS
+from jina_ocr.train.held_out_words import HELD_OUT_WORDS
 
 A5 = (419.53, 595.28)
 BODY_FONTS = ("helv", "tiro", "cour")
 BOLD_FONTS = {"helv": "hebo", "tiro": "tibo", "cour": "cobo"}
+STAGES = ("line", "rows", "page")
 ONSETS = "b c d f g h j k l m n p r s t v w z br cl dr fl gr pl pr st tr sh ch th".split()
 VOWELS = "a e i o u a e i o ou ea ai".split()
 CODAS = ["", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "rk", "ng"]
 WORDS = NOUNS + ADJECTIVES + VERBS
+_HELD_OUT = frozenset(HELD_OUT_WORDS)
 
 
 @dataclass(frozen=True)
 class DrillPage:
-    """A drill page: its rendered image, its PDF and the Markdown a reader should produce."""
+    """A drill page: its rendered image, its PDF, the Markdown a reader should produce, and how it was
+    laid out (curriculum stage, body font, number of body lines)."""
 
     image: Image.Image
     pdf_bytes: bytes
     markdown: str
+    stage: str
+    font: str
+    lines: int
 
 
 def nonsense_word(rng: random.Random) -> str:
@@ -51,28 +61,37 @@ def nonsense_word(rng: random.Random) -> str:
     )
 
 
-def drill_word(rng: random.Random, novelty: float = 1.0) -> str:
-    """A vocabulary or nonsense word, sometimes capitalised, sometimes a number, sometimes punctuated.
-
-    ``novelty`` (0 to 1) scales the share of numbers (up to 6 %) and nonsense words (up to 47 %).
-    """
-    roll = rng.random() / max(novelty, 1e-9)
+def drill_word(rng: random.Random) -> str:
+    """A vocabulary word (47 %), a nonsense word (47 %) or a number (6 %), sometimes capitalised or
+    followed by punctuation; never a held-out word."""
+    roll = rng.random()
     if roll < 0.06:
         word = str(rng.randint(0, 9999))
     elif roll < 0.53:
         word = nonsense_word(rng)
+        while word in _HELD_OUT:
+            word = nonsense_word(rng)
     else:
         word = rng.choice(WORDS)
-    if novelty:
-        if rng.random() < 0.2:
-            word = word.capitalize()
-        if rng.random() < 0.1:
-            word += rng.choice(",.;:")
+    if rng.random() < 0.2:
+        word = word.capitalize()
+    if rng.random() < 0.1:
+        word += rng.choice(",.;:")
+    return word
+
+
+def held_out_word(rng: random.Random) -> str:
+    """A held-out word, capitalised and punctuated as often as a drill word is."""
+    word = rng.choice(HELD_OUT_WORDS)
+    if rng.random() < 0.2:
+        word = word.capitalize()
+    if rng.random() < 0.1:
+        word += rng.choice(",.;:")
     return word
 
 
 def _fill_line(
-    rng: random.Random, font: str, size: float, width: float, novelty: float, max_words: int = 10**6
+    draw: Callable[[], str], font: str, size: float, width: float, max_words: int = 10**6
 ) -> list[str]:
     """Words for one line of ``width`` points: up to ``max_words``, until the next would not fit.
 
@@ -80,7 +99,7 @@ def _fill_line(
     """
     words: list[str] = []
     while len(words) < max_words:
-        word = drill_word(rng, novelty)
+        word = draw()
         if pymupdf.get_text_length(" ".join([*words, word]), fontname=font, fontsize=size) <= width:
             words.append(word)
         elif words:
@@ -89,47 +108,87 @@ def _fill_line(
 
 
 def drill_page(
-    seed: int | str, level: float, dpi: int = 144, fonts: tuple[str, ...] = BODY_FONTS
+    stage: str,
+    seed: int | str,
+    row_height: float,
+    *,
+    dpi: int = 144,
+    fonts: tuple[str, ...] = BODY_FONTS,
+    held_out: bool = False,
+    lines: int | None = None,
 ) -> DrillPage:
-    """Drill ``seed`` at ``level`` (0: one line of large type, 1: a full A5 page), rendered at ``dpi``.
+    """Drill ``seed`` of ``stage`` on an A5 page whose visual-token rows are ``row_height`` points tall.
 
-    The body font is one of ``fonts`` (base-14 names of :data:`BODY_FONTS`), headings its bold face.
+    ``held_out`` draws the words from the held-out list instead; ``lines`` fixes the number of body
+    lines (otherwise drawn from the stage's range).
     """
-    rng = random.Random(f"jina-ocr-train/drill/{seed}")
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
+    rng = random.Random(f"jina-ocr-train/{'held-out' if held_out else 'drill'}/{stage}/{seed}")
+    words = random.Random(rng.random())
+
+    def draw() -> str:
+        return held_out_word(words) if held_out else drill_word(words)
+
     width, height = A5
     font = rng.choice(fonts)
-    body_size = rng.choice((18.0, 20.0, 22.0))
-    size = body_size + (56.0 - body_size) * max(0.0, 1.0 - level / 0.4)
-    novelty = min(1.0, max(0.0, level - 0.15) / 0.25)
-    leading = size * rng.uniform(1.25, 1.5)
     margin = rng.uniform(30, 60)
-    top = rng.uniform(50, 90)
-    max_lines = int((height - top - 40) / leading)
-    fill = max(0.0, level - 0.4) / 0.6
-    lines = min(max_lines, 1 + round(fill * rng.uniform(0.5, 1.0) * (max_lines - 1)))
-
+    line_width = width - margin - rng.uniform(30, 60)
     doc = pymupdf.open()
     page = doc.new_page(width=width, height=height)
-    y = top
-    markdown = []
-    if level >= 0.15 and rng.random() < 0.4:
-        head_size = rng.choice((26.0, 28.0, 30.0))
-        heading = [drill_word(rng, novelty).strip(",.;:") for _ in range(rng.randint(1, 3))]
-        heading[0] = heading[0].capitalize()
-        page.insert_text((margin, y), " ".join(heading), fontsize=head_size, fontname=BOLD_FONTS[font])
+    markdown: list[str] = []
+
+    if stage == "page":
+        size = rng.choice((18.0, 20.0, 22.0))
+        leading = size * rng.uniform(1.15, 1.5)
+        y = rng.uniform(50, 110)
+    else:
+        size = rng.choice((18.0, 20.0, 22.0, 24.0))
+        leading = row_height
+        # Baselines at 70 % of a cell row (+-2 pt): ascenders and descenders stay inside the row.
+        y = row_height * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
+    with_heading = stage == "page" and rng.random() < 0.9 or stage == "rows" and rng.random() < 0.4
+    if with_heading:
+        head_size = rng.choice((24.0, 26.0, 28.0, 30.0, 32.0))
+        bold = BOLD_FONTS[font]
+        heading = _fill_line(draw, bold, head_size, line_width, max_words=rng.randint(1, 4))
+        heading = [w.strip(",.;:") or w for w in heading]
+        heading[0] = heading[0][:1].upper() + heading[0][1:]
+        page.insert_text((margin, y), " ".join(heading), fontsize=head_size, fontname=bold)
         markdown.append("# " + " ".join(heading))
-        y += head_size * 1.6
-        lines = max(1, min(lines, int((height - y - 40) / leading) + 1))
+        y += head_size * 1.6 if stage == "page" else 2 * row_height
+    if lines is None:
+        lines = rng.randint(1, 3) if stage == "line" else rng.randint(2, 8)
+    lines = max(1, min(lines, int((height - 40 - y) / leading) + 1))
     body: list[str] = []
-    if level < 0.15:
-        words = _fill_line(rng, font, size, width - 2 * margin, novelty, max_words=rng.randint(1, 3))
-        page.insert_text((margin, y), " ".join(words), fontsize=size, fontname=font)
-        lines, body = 0, words
-    for _ in range(lines):
-        words = _fill_line(rng, font, size, width - 2 * margin, novelty)
-        page.insert_text((margin, y), " ".join(words), fontsize=size, fontname=font)
-        body += words
-        y += leading
+    for number in range(lines):
+        # A one-line drill is often short: the model must also learn where a line ends.
+        short = stage == "line" and rng.random() < 0.5
+        line = _fill_line(draw, font, size, line_width, max_words=rng.randint(1, 4) if short else 10**6)
+        page.insert_text((margin, y + number * leading), " ".join(line), fontsize=size, fontname=font)
+        body += line
     markdown.append(" ".join(body))
     pdf_bytes = doc.tobytes()
-    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown))
+    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown), stage, font, lines)
+
+
+def printed_page(seed: int = 0, dpi: int = 144) -> DrillPage:
+    """The fixed test page: A5, a 28 pt Helvetica Bold heading and two lines of 20 pt Helvetica at 28 pt
+    leading, in held-out words drawn with ``seed``; every line fits inside 42 pt margins."""
+    rng = random.Random(f"jina-ocr-train/printed/{seed}")
+    width = A5[0] - 2 * 42
+
+    def draw() -> str:
+        return held_out_word(rng)
+
+    heading = [w.strip(",.;:") or w for w in _fill_line(draw, "hebo", 28.0, width, max_words=3)]
+    heading[0] = heading[0].capitalize()
+    lines = [_fill_line(draw, "helv", 20.0, width) for _ in range(2)]
+    doc = pymupdf.open()
+    page = doc.new_page(width=A5[0], height=A5[1])
+    page.insert_text((42, 80), " ".join(heading), fontsize=28, fontname="hebo")
+    for number, line in enumerate(lines):
+        page.insert_text((42, 130 + 28 * number), " ".join(line), fontsize=20, fontname="helv")
+    pdf_bytes = doc.tobytes()
+    markdown = "# " + " ".join(heading) + "\n\n" + " ".join(lines[0] + lines[1])
+    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, markdown, "page", "helv", 2)

@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from jina_ocr.train.data import IGNORE_INDEX
+from jina_ocr.train.drills import STAGES
 from jina_ocr.train.model_files import load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe
-from jina_ocr.train.sft import recipe_pages
 
 DISTILLED = "distill.pt"
 
@@ -163,7 +163,10 @@ def train_mtp(options: MTPOptions) -> Path:
     if distilled.exists():
         sequences = torch.load(distilled, weights_only=False)
     else:
-        pages = recipe_pages(PageRecipe(), options.seed, range(1, options.pages + 1))
+        # Pages of the curriculum's last stage: what the model reads, so the head learns its real outputs.
+        recipe, last = PageRecipe(), len(STAGES) - 1
+        pages = [recipe.training_page(options.seed, i, last) for i in range(1, options.pages + 1)]
+        pages = [page for page in pages if page is not None]
         started = time.perf_counter()
         sequences = distill(model, processor, pages, options.batch_size * 2, options.max_new_tokens)
         torch.save(sequences, distilled)

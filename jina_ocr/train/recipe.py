@@ -1,22 +1,23 @@
-"""What jina-ocr-tiny is trained on and how large it is: the page distribution and the model dimensions.
+"""What jina-ocr-tiny is trained on and how large it is: the curriculum, the page mix and the dimensions.
 
-The model is meant to read plain printed pages on two CPU cores after about an hour of training, so
-the recipe trades breadth for learnability:
+The model is meant to read plain printed pages after a few CPU-days of training, so the recipe trades
+breadth for learnability (the measurements behind each choice are in the README's training section):
 
-- Pages are A5 portrait with 18-22 pt body text (the 20 pt A5 page of the README example sits in the
-  middle), rendered at 144 dpi like the PDF pages of ``jina-ocr convert``.
-- The run starts on reading drills (:mod:`jina_ocr.train.drills`): one line of large random words,
-  growing to full pages of body-size type over the first ``drill_ramp_pages`` pages, while synth pages
-  are mixed in at a rising rate; afterwards ``drill_fraction`` of the pages stay drills. Of the synth
-  pages most are text only; 15 % carry the tables and formulas of the dense profile.
-- The processor's ``small`` mode stretches the page to one 640 px view: 10 x 10 visual tokens plus
-  newlines and the separator (111 placeholders), no tiles. At 20 pt on A5 a body line is about 26 px
-  high in that view, large enough for a narrow SAM to resolve the glyphs.
+- Pages are A5 portrait, rendered at 144 dpi like the PDF pages of ``jina-ocr convert``, and read in the
+  processor's ``base`` mode: one 1024 px view (16 x 16 visual tokens, 273 placeholders). A token then
+  covers 37 x 37 pt of an A5 page, about three glyphs of 20 pt type: ``small`` mode's 42 x 60 pt cells
+  hold seven, which the towers learnt several times more slowly.
+- The curriculum (:data:`~jina_ocr.train.drills.STAGES`) starts with one line per row of visual tokens
+  and ends on the target format; a run moves to the next stage when the held-out character error rate of
+  its current stage drops below that stage's threshold (``advance_cer``), not after a fixed page count.
+  Each stage keeps a share of the earlier ones; the last also mixes in text-only synth pages (of which
+  ``dense_fraction`` carry the tables and formulas of the dense profile).
+- The tokenizer is byte level without merges: one output token per printed character, so spelling a
+  word the model never saw is the same task as spelling a known one, and each target token has one glyph.
 - The architecture is jina-ocr-v1's (SAM -> 16x compressor -> CLIP -> projector -> MoE decoder plus one
   FastMTP head) with every width and depth shrunk; the decoder keeps a dense first layer and MoE layers
-  with shared experts, so the code paths are the real ones. SAM keeps only windowed blocks: attention
-  over all 1,600 patches of a 640 px view cost more than half of a training step on a CPU, glyphs fit
-  inside a 224 px window, and CLIP's layers still mix the whole page at 10 x 10 tokens.
+  with shared experts, so the code paths are the real ones. SAM keeps only windowed blocks: glyphs fit
+  inside a 224 px window, and CLIP's layers still mix the whole page.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, global_view_placement
 from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.page import PageTooSmallError
-from jina_ocr.train.drills import BODY_FONTS, DrillPage, drill_page
+from jina_ocr.train.drills import A5, BODY_FONTS, STAGES, DrillPage, drill_page
 
-PROCESSOR_MODE = "small"
+PROCESSOR_MODE = "base"
 
 # Dimensions of jina-ocr-tiny; vocabulary size and special-token ids come from its tokenizer.
 MODEL_DIMENSIONS: dict[str, Any] = {
@@ -58,58 +60,74 @@ MODEL_DIMENSIONS: dict[str, Any] = {
     "rope_theta": 10000.0,
 }
 
+# Share of each stage's pages drawn from the stages before it (the rest are the stage's own layout).
+EARLIER_STAGES_SHARE = 0.25
+# Share of synth pages in the last stage.
+SYNTH_SHARE = 0.15
+
 
 @dataclass(frozen=True)
 class PageRecipe:
-    """The distribution training pages are drawn from; page ``index`` of a seed is always the same page."""
+    """The distribution training pages are drawn from; page ``index`` of a seed and stage is always the same.
 
-    page_size: str = "a5"
+    ``advance_cer[k]`` is the held-out character error rate below which stage ``k`` hands over to stage
+    ``k + 1`` (one threshold per stage but the last).
+    """
+
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
     dense_fraction: float = 0.15
     dpi: int = 144
-    drill_ramp_pages: int = 16000
-    drill_fraction: float = 0.4
     drill_fonts: tuple[str, ...] = BODY_FONTS
+    advance_cer: tuple[float, ...] = (0.25, 0.15)
+    mode: str = PROCESSOR_MODE
 
-    def page_kwargs(self, seed: int, index: int) -> dict[str, Any]:
-        """``generate_page`` options of page ``index``: its profile and body size, drawn from the seed."""
-        rng = random.Random(f"jina-ocr-train/page/{seed}/{index}")
-        return {
-            "profile": "dense" if rng.random() < self.dense_fraction else "plain",
-            "page_size": self.page_size,
-            "font_size": rng.choice(self.font_sizes),
-            "dpi": self.dpi,
-        }
+    @property
+    def view_size(self) -> int:
+        return MODES[self.mode][0]
+
+    def row_height(self) -> float:
+        """Height in points of one row of visual tokens on an A5 page rendered at ``dpi``."""
+        image_height = round(A5[1] * self.dpi / 72)
+        image_width = round(A5[0] * self.dpi / 72)
+        _, _, _, view_height = global_view_placement(image_width, image_height, self.view_size)
+        return PIXELS_PER_TOKEN * A5[1] / view_height
 
     def synth_page(self, seed: int, index: int) -> SynthPage | None:
         """Synth page ``index`` of ``seed``, or None when the generator cannot lay it out."""
+        rng = random.Random(f"jina-ocr-train/page/{seed}/{index}")
         try:
-            return generate_page(page_seed(seed, index), **self.page_kwargs(seed, index))
+            return generate_page(
+                page_seed(seed, index),
+                profile="dense" if rng.random() < self.dense_fraction else "plain",
+                page_size="a5",
+                font_size=rng.choice(self.font_sizes),
+                dpi=self.dpi,
+            )
         except PageTooSmallError:
             return None
 
-    def training_page(self, seed: int, index: int) -> SynthPage | DrillPage | None:
-        """Training page ``index`` of ``seed``: a drill (its level set by the ramp) or a synth page."""
+    def drill(self, stage: str, seed: int | str, **kwargs: Any) -> DrillPage:
+        """Drill ``seed`` of ``stage`` in the recipe's fonts and resolution."""
+        return drill_page(stage, seed, self.row_height(), dpi=self.dpi, fonts=self.drill_fonts, **kwargs)
+
+    def training_page(self, seed: int, index: int, stage: int) -> SynthPage | DrillPage | None:
+        """Training page ``index`` of ``seed`` in curriculum ``stage`` (an index into ``STAGES``)."""
         rng = random.Random(f"jina-ocr-train/mix/{seed}/{index}")
-        ramp = min(1.0, index / self.drill_ramp_pages) if self.drill_ramp_pages else 1.0
-        drill_chance = 1.0 - ramp * (1.0 - self.drill_fraction)
-        if index < 0 or rng.random() >= drill_chance:
+        roll = rng.random()
+        if stage == len(STAGES) - 1 and roll < SYNTH_SHARE:
             return self.synth_page(seed, index)
-        level = ramp if ramp < 1.0 else rng.uniform(0.3, 1.0)
-        return self.drill(f"{seed}/{index}", level)
+        layout = stage
+        if stage and rng.random() < EARLIER_STAGES_SHARE:
+            layout = rng.randrange(stage)
+        return self.drill(STAGES[layout], f"{seed}/{index}")
 
-    def drill(self, seed: int | str, level: float) -> DrillPage:
-        """Drill ``seed`` at ``level`` in the recipe's fonts and resolution."""
-        return drill_page(seed, level, dpi=self.dpi, fonts=self.drill_fonts)
+    def held_out_pages(self, stage: int, seed: int, count: int) -> list[DrillPage]:
+        """``count`` pages of ``stage``'s layout in held-out words, never trained on.
 
-    def held_out_drills(self, seed: int, count: int) -> list[DrillPage]:
-        """``count`` drills from a few lines of larger type (level 0.3) to full pages, never trained on.
-
-        Their seeds are strings under ``held-out/``, which no training page's seed (``"{seed}/{index}"``
-        with an integer run seed) can equal.
+        The first stage is judged on one-line pages (the milestone of the curriculum's first stage).
         """
-        levels = [0.3 + 0.7 * i / max(1, count - 1) for i in range(count)]
-        return [self.drill(f"held-out/{seed}/{i}", level) for i, level in enumerate(levels)]
+        lines = 1 if stage == 0 else None
+        return [self.drill(STAGES[stage], f"{seed}/{i}", held_out=True, lines=lines) for i in range(count)]
 
 
 def model_config(tokenizer, **overrides: Any):

@@ -1,23 +1,25 @@
-"""Supervised training of the whole model on JinaOCRSynth pages (teacher forcing on ground-truth Markdown).
+"""Supervised training of the whole model on drill and JinaOCRSynth pages, with dense glyph supervision.
 
-A run lives in one output folder:
+A run lives in one output folder (keep it outside the repository while it goes on):
 
 - ``model/``: the latest weights, config, tokenizer and settings (:mod:`jina_ocr.train.model_files`),
-  rewritten at every checkpoint, so an interrupted run still leaves a usable model;
-- ``checkpoint.pt``: weights, optimizer and schedule state and the index of the next training page,
-  from which ``resume`` continues exactly where the run stopped;
-- ``log.jsonl``: one line per logging interval (mean loss, learning rate, pages per second) and one
-  per evaluation (character error rate of greedy transcriptions of held-out pages);
+  rewritten at every checkpoint, so an interrupted run still leaves a usable model. Its settings record
+  the run's progress (step, next page index, curriculum stage) and options, so a run can go on from
+  these files alone (``resume_from``) when the checkpoint is lost: with a fresh optimizer, whose first
+  ``REWARM_STEPS`` steps ramp the learning rate up again;
+- ``checkpoint.pt``: weights, optimizer state, the training-only glyph head and the progress, from which
+  a rerun continues exactly where the run stopped;
+- ``log.jsonl``: one line per logging interval (losses, glyph accuracy, attention mass on the right
+  cell, learning rate, pages per second, stage) and one per evaluation;
 - ``options.json``: the options of the run, for the record.
 
-Training pages and held-out pages come from different run seeds, so no held-out page is ever trained
-on; the tokenizer is learnt from a third set of pages of the training seed (negative indices) and from
-full-page drills. A fresh model starts as :mod:`jina_ocr.train.vision` explains: standardising
-projector, vision towers frozen for ``vision_warmup_steps``, then trained at ``vision_lr_scale``.
-Every evaluation also logs the "image gap": the held-out loss with each page's image replaced by
-another page's, minus the loss with the right images; it stays at zero until the model reads. The
-same three numbers for held-out drills of the recipe (``drill_cer``, ``drill_loss``, ``drill_gap``)
-show reading start on the drills long before it shows on full synth pages.
+The loss is the next-token loss plus the two training-only terms of :mod:`jina_ocr.train.supervision`
+(``glyph_weight`` and ``align_weight``). The curriculum (:mod:`jina_ocr.train.recipe`) advances when the
+held-out character error rate of the current stage drops below its threshold. Every evaluation logs, for
+the held-out pages of the current stage and of the last stage: the character error rate of greedy
+transcriptions, the loss, the "image gap" (how much the loss rises when every page gets another page's
+image; zero until the model reads), the glyph accuracy of the visual tokens and the attention mass on
+the right cell. Held-out pages print words no training page uses (:mod:`jina_ocr.train.held_out_words`).
 """
 
 from __future__ import annotations
@@ -34,19 +36,18 @@ from torch.utils.data import DataLoader
 
 from jina_ocr.errors import UserError
 from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
-from jina_ocr.train.drills import drill_page
+from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
-from jina_ocr.train.model_files import (
-    build_processor,
-    load_model_files,
-    load_settings,
-    save_model_files,
-)
-from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
-from jina_ocr.train.tokenizer import train_tokenizer
+from jina_ocr.train.glyphs import ViewGrid
+from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
+from jina_ocr.train.recipe import PageRecipe, model_config
+from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
+from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import set_vision_trainable, standardize_projector, vision_parameters
 
 CHECKPOINT = "checkpoint.pt"
+REWARM_STEPS = 50
+PROBED_HEAD = 0
 
 
 @dataclass
@@ -54,7 +55,7 @@ class SFTOptions:
     """Options of :func:`train_sft`; the command line mirrors them one to one."""
 
     out: Path
-    steps: int = 1500
+    steps: int = 8000
     batch_size: int = 8
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
@@ -70,11 +71,16 @@ class SFTOptions:
     max_minutes: float | None = None
     stop_at: int | None = None
     init: Path | None = None
+    resume_from: Path | None = None
+    stage: str = STAGES[0]
     tokenizer_pages: int = 300
-    vocab_size: int = 2048
-    max_target_tokens: int = 256
-    vision_warmup_steps: int = 500
-    vision_lr_scale: float = 0.1
+    vocab_size: int = BYTE_VOCAB_SIZE
+    max_target_tokens: int = 512
+    glyph_weight: float = 1.0
+    align_weight: float = 1.0
+    align_layers: tuple[int, ...] = (1, 2)
+    vision_warmup_steps: int = 0
+    vision_lr_scale: float = 1.0
     freeze_vision: bool = False
     gradient_checkpointing: bool = False
     bf16: bool = False
@@ -84,10 +90,20 @@ class SFTOptions:
     recipe: PageRecipe = field(default_factory=PageRecipe)
 
 
-def recipe_pages(recipe: PageRecipe, seed: int, indices):
-    """The synth pages ``indices`` of run ``seed`` under ``recipe`` (pages too small to lay out skipped)."""
-    pages = (recipe.synth_page(seed, index) for index in indices)
-    return [page for page in pages if page is not None]
+@dataclass
+class Progress:
+    """Where a run stands: optimizer steps taken, the next training page index, the curriculum stage."""
+
+    step: int = 0
+    next_index: int = 1
+    stage: int = 0
+
+    def record(self) -> dict:
+        return {"step": self.step, "next_index": self.next_index, "stage": STAGES[self.stage]}
+
+    @classmethod
+    def from_record(cls, record: dict) -> Progress:
+        return cls(record["step"], record["next_index"], STAGES.index(record["stage"]))
 
 
 def learning_rate_factor(step: int, options: SFTOptions) -> float:
@@ -110,42 +126,60 @@ def _bf16_supported(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def starting_model(options: SFTOptions):
-    """The starting model and processor: ``options.init``'s files, or fresh weights and a learnt tokenizer."""
-    if options.init is not None:
-        model, processor = load_model_files(options.init)
-        settings = load_settings(options.init)
-        settings["init"] = str(options.init)
-        return model, processor, settings
+def _fresh_tokenizer(options: SFTOptions):
+    """Bytes only by default; with merges, learnt from synth ground truth, drills and the prompt."""
+    if options.vocab_size == BYTE_VOCAB_SIZE:
+        return train_tokenizer([], options.vocab_size)
     from jina_ocr.remote_code.processing_jina_ocr import JINA_DEFAULT_PROMPT
 
-    pages = recipe_pages(options.recipe, options.seed, range(-1, -options.tokenizer_pages - 1, -1))
-    drills = [drill_page(f"tokenizer/{options.seed}/{i}", 1.0) for i in range(options.tokenizer_pages)]
-    # The prompt is written on every request: weighted like many pages, its words become single tokens,
-    # which shortens every training row.
-    corpus = [page.markdown for page in pages + drills] + [JINA_DEFAULT_PROMPT] * 50
-    processor = build_processor(train_tokenizer(corpus, options.vocab_size), PROCESSOR_MODE)
+    recipe = options.recipe
+    pages = [recipe.synth_page(options.seed, -i) for i in range(1, options.tokenizer_pages + 1)]
+    drills = [recipe.drill("page", f"tokenizer/{options.seed}/{i}") for i in range(options.tokenizer_pages)]
+    # The prompt is written on every request: weighted like many pages, its words become single tokens.
+    corpus = [p.markdown for p in pages + drills if p is not None] + [JINA_DEFAULT_PROMPT] * 50
+    return train_tokenizer(corpus, options.vocab_size)
+
+
+def starting_model(options: SFTOptions):
+    """(model, processor, settings, progress): the files of ``resume_from`` or ``init``, or a fresh model."""
+    source = options.resume_from or options.init
+    if source is not None:
+        model, processor = load_model_files(source)
+        settings = load_settings(source)
+        if options.resume_from is not None:
+            if "progress" not in settings:
+                raise UserError(f"--resume-from {source}: its settings record no training progress")
+            return model, processor, settings, Progress.from_record(settings["progress"])
+        settings["init"] = str(source)
+        return model, processor, settings, Progress(stage=STAGES.index(options.stage))
+    processor = build_processor(_fresh_tokenizer(options), options.recipe.mode)
     torch.manual_seed(options.seed)
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     model = JinaOCRForConditionalGeneration(model_config(processor.tokenizer))
-    # The projector's statistics come from the first tokenizer pages plus drills of every level.
-    views = [page.image for page in pages[:8]]
-    views += [drill_page(f"init/{options.seed}/{i}", i / 7).image for i in range(8)]
+    # The projector's statistics come from drills of every stage.
+    views = [
+        options.recipe.drill(stage, f"init/{options.seed}/{i}").image for stage in STAGES for i in range(4)
+    ]
     standardize_projector(model, processor.image_processor(views)["pixel_values"])
-    settings = {"processor_mode": PROCESSOR_MODE}
-    return model, processor, settings
+    return (
+        model,
+        processor,
+        {"processor_mode": options.recipe.mode},
+        Progress(stage=STAGES.index(options.stage)),
+    )
 
 
-def _parameter_groups(model, options: SFTOptions):
+def _parameter_groups(model, glyph_head, options: SFTOptions):
     """Decay matrices; leave norms, biases, position tables and the special vectors alone.
 
     The vision towers get their own groups at ``vision_lr_scale`` of the learning rate (with
-    ``--freeze-vision`` they are left out).
+    ``--freeze-vision`` they are left out). Each group keeps its peak rate as ``peak_lr``.
     """
     vision = {id(p) for p in vision_parameters(model)}
     groups = {}
-    for name, parameter in model.named_parameters():
+    named = [*model.named_parameters(), *glyph_head.named_parameters(prefix="glyph_head")]
+    for name, parameter in named:
         if options.freeze_vision and id(parameter) in vision:
             continue
         decays = parameter.ndim >= 2 and "pos_embed" not in name and "position_embedding" not in name
@@ -155,7 +189,7 @@ def _parameter_groups(model, options: SFTOptions):
         {
             "params": params,
             "weight_decay": options.weight_decay if decays else 0.0,
-            "lr": options.lr * (options.vision_lr_scale if is_vision else 1.0),
+            "peak_lr": options.lr * (options.vision_lr_scale if is_vision else 1.0),
         }
         for (is_vision, decays), params in groups.items()
     ]
@@ -167,173 +201,267 @@ def _log(out: Path, record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
+class _Trainer:
+    """One run: the model, its training-only parts, the optimizer and the held-out sets."""
+
+    def __init__(self, options: SFTOptions):
+        self.options = options
+        self.out = Path(options.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.device = _device(options)
+        if options.bf16 and not _bf16_supported(self.device):
+            raise UserError(f"bf16 is not supported on {self.device}; leave out --bf16")
+        checkpoint_path = self.out / CHECKPOINT
+        state = None
+        if checkpoint_path.exists():
+            model, processor = load_model_files(self.out / "model", weights=False)
+            settings = load_settings(self.out / "model")
+            state = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+            model.load_state_dict(state["model"])
+            progress = Progress.from_record(state["progress"])
+        else:
+            model, processor, settings, progress = starting_model(options)
+        self.model, self.processor, self.settings, self.progress = model, processor, settings, progress
+        settings["sft"] = {
+            key: str(value) if isinstance(value, Path) else value
+            for key, value in dataclasses.asdict(options).items()
+            if key not in ("out", "device", "workers", "threads")
+        }
+        (self.out / "options.json").write_text(json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8")
+
+        model.to(self.device).train()
+        if options.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.glyph_head = GlyphHead(model.config.hidden_size, model.config.vocab_size).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            _parameter_groups(model, self.glyph_head, options), betas=(0.9, 0.95)
+        )
+        # A run resumed from model files alone has a fresh optimizer: its rate ramps up again.
+        self.rewarm_from = progress.step if state is None and options.resume_from is not None else None
+        if state is not None:
+            self.glyph_head.load_state_dict(state["glyph_head"])
+            self.optimizer.load_state_dict(state["optimizer"])
+
+        layers = model.config.num_hidden_layers
+        if not all(0 <= layer < layers for layer in options.align_layers):
+            raise UserError(
+                f"--align-layers {list(options.align_layers)}: the decoder has layers 0 to {layers - 1}"
+            )
+        self.prompt = prompt_ids(processor)
+        image_token = model.config.image_token_id
+        first_visual = self.prompt.index(image_token)
+        visual_count = self.prompt.count(image_token)
+        self.probes = AttentionProbes(
+            model,
+            list(options.align_layers),
+            PROBED_HEAD,
+            text_start=len(self.prompt) - 1,
+            visual=slice(first_visual, first_visual + visual_count),
+        )
+        self.collator = Collator(self.prompt, processor.tokenizer.pad_token_id)
+        self.grid = ViewGrid(options.recipe.view_size)
+        self.held_out: dict[int, tuple[list, dict]] = {}
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=options.bf16)
+        if state is None:
+            self.save_checkpoint()
+
+    # -- the pieces of a step -----------------------------------------------------------------------
+
+    def losses(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        """The weighted loss of a batch (already on the device) and its parts."""
+        token_cells = batch.pop("token_cells")
+        cell_glyphs = batch.pop("cell_glyphs")
+        self.probes.clear()
+        with self.autocast:
+            lm = self.model(**batch).loss
+        glyph, glyph_stats = glyph_loss(
+            self.glyph_head(self.probes.visual_tokens), cell_glyphs, self.glyph_head.empty
+        )
+        align, align_stats = alignment_loss(self.probes.log_attention, token_cells)
+        total = lm + self.options.glyph_weight * glyph + self.options.align_weight * align
+        parts = {"lm": lm.item(), "glyph": glyph.item(), "align": align.item(), **glyph_stats, **align_stats}
+        return total, parts
+
+    def set_learning_rate(self) -> float:
+        factor = learning_rate_factor(self.progress.step, self.options)
+        if self.rewarm_from is not None:
+            factor *= min(1.0, (self.progress.step - self.rewarm_from + 1) / REWARM_STEPS)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["peak_lr"] * factor
+        return self.options.lr * factor
+
+    def save_checkpoint(self) -> None:
+        self.settings["steps_trained"] = self.progress.step
+        self.settings["progress"] = self.progress.record()
+        save_model_files(self.out / "model", self.model, self.processor.tokenizer, self.settings)
+        path = self.out / CHECKPOINT
+        tmp = path.with_suffix(".tmp")
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "glyph_head": self.glyph_head.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "progress": self.progress.record(),
+            },
+            tmp,
+        )
+        tmp.replace(path)
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    def held_out_set(self, stage: int) -> tuple[list, dict]:
+        """The held-out pages of ``stage`` and their teacher-forcing batch (built once per run)."""
+        if stage not in self.held_out:
+            options = self.options
+            pages = options.recipe.held_out_pages(stage, options.eval_seed, options.eval_pages)
+            stream = TrainingPageStream(
+                self.processor, options.seed, options.recipe, 1, options.max_target_tokens
+            )
+            batch = self.collator([stream.example(i, page) for i, page in enumerate(pages)])
+            batch.pop("indices")
+            self.held_out[stage] = (pages, batch)
+        return self.held_out[stage]
+
+    @torch.no_grad()
+    def measure(self, stage: int) -> dict:
+        """CER of greedy transcriptions, loss, image gap, glyph accuracy and attention mass on ``stage``."""
+        pages, cpu_batch = self.held_out_set(stage)
+        self.model.eval()
+        batch = {key: value.to(self.device) for key, value in cpu_batch.items()}
+        _, parts = self.losses(dict(batch))
+        batch.pop("token_cells"), batch.pop("cell_glyphs")
+        batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
+        with self.autocast:
+            gap = self.model(**batch).loss.item() - parts["lm"]
+        self.model.train()
+        with self.probes.paused():
+            predictions = transcribe(
+                self.model,
+                self.processor,
+                [p.image for p in pages],
+                max_new_tokens=self.options.max_target_tokens,
+            )
+        return {
+            "cer": round(character_error_rate(predictions, [p.markdown for p in pages]), 4),
+            "loss": round(parts["lm"], 4),
+            "gap": round(gap, 4),
+            "glyph_acc": round(parts["glyph_correct"] / max(1, parts["glyph_slots"]), 4),
+            "align_mass": round(parts["align_mass"], 4),
+            "sample": predictions[0][:160],
+        }
+
+    def evaluate(self) -> bool:
+        """Log the held-out metrics; advance the curriculum (and return True) when the stage is passed."""
+        started = time.perf_counter()
+        stage = self.progress.stage
+        record = {"step": self.progress.step, "stage": STAGES[stage]}
+        for measured in sorted({stage, len(STAGES) - 1}):
+            record.update({f"{STAGES[measured]}_{k}": v for k, v in self.measure(measured).items()})
+        record["eval_seconds"] = round(time.perf_counter() - started, 1)
+        _log(self.out, record)
+        thresholds = self.options.recipe.advance_cer
+        if stage < len(STAGES) - 1 and record[f"{STAGES[stage]}_cer"] < thresholds[stage]:
+            self.progress.stage += 1
+            _log(self.out, {"step": self.progress.step, "advanced_to": STAGES[self.progress.stage]})
+            self.save_checkpoint()
+            return True
+        return False
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def loader(self) -> DataLoader:
+        options = self.options
+        stream = TrainingPageStream(
+            self.processor,
+            options.seed,
+            options.recipe,
+            self.progress.next_index,
+            options.max_target_tokens,
+            stage=self.progress.stage,
+        )
+        return DataLoader(
+            stream,
+            batch_size=options.batch_size,
+            collate_fn=self.collator,
+            num_workers=options.workers,
+            prefetch_factor=4 if options.workers else None,
+            persistent_workers=False,
+        )
+
+    def run(self) -> Path:
+        options, progress = self.options, self.progress
+        vision_warmup = 0 if options.init is not None else options.vision_warmup_steps
+        set_vision_trainable(self.model, not options.freeze_vision and progress.step >= vision_warmup)
+        started = last_checkpoint = last_log = time.perf_counter()
+        interval: list[dict] = []
+        pages_since_log = 0
+        while progress.step < options.steps:
+            for batch in self.loader():
+                indices = batch.pop("indices")
+                lr = self.set_learning_rate()
+                loss, parts = self.losses({key: value.to(self.device) for key, value in batch.items()})
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(
+                    [*self.model.parameters(), *self.glyph_head.parameters()], options.grad_clip
+                )
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                progress.step += 1
+                if progress.step == vision_warmup and not options.freeze_vision:
+                    set_vision_trainable(self.model, True)
+                progress.next_index = int(indices.max()) + 1
+                interval.append(parts)
+                pages_since_log += len(indices)
+                now = time.perf_counter()
+                if progress.step % options.log_every == 0 or progress.step == options.steps:
+                    _log(
+                        self.out,
+                        self._interval_record(interval, lr, pages_since_log / (now - last_log), started),
+                    )
+                    interval, pages_since_log, last_log = [], 0, now
+                advanced = (
+                    bool(options.eval_every) and progress.step % options.eval_every == 0 and self.evaluate()
+                )
+                out_of_time = options.max_minutes is not None and now - started > options.max_minutes * 60
+                stop = out_of_time or progress.step == options.stop_at
+                if now - last_checkpoint > options.checkpoint_minutes * 60 or stop:
+                    self.save_checkpoint()
+                    last_checkpoint = time.perf_counter()
+                if stop:
+                    reason = "max_minutes reached" if out_of_time else f"stopped at step {progress.step}"
+                    _log(self.out, {"step": progress.step, "stopped": f"{reason}; run again to resume"})
+                    return self.out / "model"
+                if advanced or progress.step >= options.steps:
+                    break  # a new stage draws its pages from a new loader
+        if not options.eval_every or progress.step % options.eval_every:
+            self.evaluate()
+        self.save_checkpoint()
+        return self.out / "model"
+
+    def _interval_record(self, interval: list[dict], lr: float, pages_per_s: float, started: float) -> dict:
+        def mean(key: str) -> float:
+            return round(sum(p[key] for p in interval) / len(interval), 4)
+
+        slots = sum(p["glyph_slots"] for p in interval)
+        return {
+            "step": self.progress.step,
+            "pages": self.progress.next_index - 1,
+            "stage": STAGES[self.progress.stage],
+            "loss": mean("lm"),
+            "glyph_loss": mean("glyph"),
+            "align_loss": mean("align"),
+            "glyph_acc": round(sum(p["glyph_correct"] for p in interval) / max(1, slots), 4),
+            "align_mass": mean("align_mass"),
+            "lr": lr,
+            "pages_per_s": round(pages_per_s, 2),
+            "minutes": round((time.perf_counter() - started) / 60, 2),
+        }
+
+
 def train_sft(options: SFTOptions) -> Path:
     """Train (or resume) the run in ``options.out``; returns the folder of the trained model files."""
     if options.threads:
         torch.set_num_threads(options.threads)
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model_dir = out / "model"
-    checkpoint_path = out / CHECKPOINT
-    device = _device(options)
-    if options.bf16 and not _bf16_supported(device):
-        raise UserError(f"bf16 is not supported on {device}; leave out --bf16")
-
-    if checkpoint_path.exists():
-        model, processor = load_model_files(model_dir, weights=False)
-        settings = load_settings(model_dir)
-        state = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-    else:
-        model, processor, settings = starting_model(options)
-        state = None
-    settings["sft"] = {
-        key: str(value) if isinstance(value, Path) else value
-        for key, value in dataclasses.asdict(options).items()
-        if key not in ("out", "device", "workers", "threads")
-    }
-    (out / "options.json").write_text(json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8")
-
-    model.to(device).train()
-    if options.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(_parameter_groups(model, options), betas=(0.9, 0.95))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, options))
-    step, next_index = 0, 1
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, next_index = state["step"], state["next_index"]
-
-    def save_checkpoint() -> None:
-        settings["steps_trained"] = step
-        save_model_files(model_dir, model, processor.tokenizer, settings)
-        tmp = checkpoint_path.with_suffix(".tmp")
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "step": step,
-                "next_index": next_index,
-            },
-            tmp,
-        )
-        tmp.replace(checkpoint_path)
-
-    stream = TrainingPageStream(
-        processor, options.seed, options.recipe, next_index, options.max_target_tokens
-    )
-    collator = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
-    held_out_sets = {
-        "eval": recipe_pages(options.recipe, options.eval_seed, range(1, options.eval_pages + 1)),
-        "drill": options.recipe.held_out_drills(options.eval_seed, options.eval_pages),
-    }
-    # Each set's teacher-forcing batch is built once; every evaluation reuses it.
-    held_out_batches = {}
-    for name, pages in held_out_sets.items():
-        batch = collator([stream.example(i, page) for i, page in enumerate(pages)])
-        batch.pop("indices")
-        held_out_batches[name] = batch
-
-    @torch.no_grad()
-    def measure(name: str) -> dict:
-        """CER of greedy transcriptions, teacher-forced loss, and how much that loss rises with every
-        image moved one page on (the image gap)."""
-        pages = held_out_sets[name]
-        model.eval()
-        batch = {key: value.to(device) for key, value in held_out_batches[name].items()}
-        loss = model(**batch).loss.item()
-        batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
-        gap = model(**batch).loss.item() - loss
-        model.train()
-        predictions = transcribe(
-            model, processor, [p.image for p in pages], max_new_tokens=options.max_target_tokens
-        )
-        cer = character_error_rate(predictions, [p.markdown for p in pages])
-        return {"cer": round(cer, 4), "loss": round(loss, 4), "gap": round(gap, 4), "sample": predictions[0]}
-
-    def evaluate() -> None:
-        started = time.perf_counter()
-        synth, drills = measure("eval"), measure("drill")
-        _log(
-            out,
-            {
-                "step": step,
-                "eval_cer": synth["cer"],
-                "eval_loss": synth["loss"],
-                "image_gap": synth["gap"],
-                "drill_cer": drills["cer"],
-                "drill_loss": drills["loss"],
-                "drill_gap": drills["gap"],
-                "eval_pages": len(held_out_sets["eval"]),
-                "eval_seconds": round(time.perf_counter() - started, 1),
-                "sample": synth["sample"][:200],
-                "drill_sample": drills["sample"][:200],
-            },
-        )
-
-    if state is None:
-        save_checkpoint()
-    # A fine-tune (--init) starts from towers that already read, so only a fresh model waits.
-    vision_warmup = 0 if options.init is not None else options.vision_warmup_steps
-    set_vision_trainable(model, not options.freeze_vision and step >= vision_warmup)
-    loader = DataLoader(
-        stream,
-        batch_size=options.batch_size,
-        collate_fn=collator,
-        num_workers=options.workers,
-        prefetch_factor=4 if options.workers else None,
-        persistent_workers=False,
-    )
-    started = last_checkpoint = last_log = time.perf_counter()
-    losses: list[float] = []
-    pages_since_log = 0
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.bf16)
-    for batch in loader:
-        if step >= options.steps:
-            break
-        indices = batch.pop("indices")
-        batch = {key: value.to(device) for key, value in batch.items()}
-        with autocast:
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        if step == vision_warmup and not options.freeze_vision:
-            set_vision_trainable(model, True)
-        next_index = int(indices.max()) + 1
-        losses.append(loss.item())
-        pages_since_log += len(indices)
-        now = time.perf_counter()
-        if step % options.log_every == 0 or step == options.steps:
-            _log(
-                out,
-                {
-                    "step": step,
-                    "pages": next_index - 1,
-                    "loss": round(sum(losses) / len(losses), 4),
-                    "lr": scheduler.get_last_lr()[0],
-                    "pages_per_s": round(pages_since_log / (now - last_log), 2),
-                    "minutes": round((now - started) / 60, 2),
-                },
-            )
-            losses, pages_since_log, last_log = [], 0, now
-        if options.eval_every and step % options.eval_every == 0:
-            evaluate()
-        out_of_time = options.max_minutes is not None and now - started > options.max_minutes * 60
-        stop = out_of_time or step == options.stop_at
-        if now - last_checkpoint > options.checkpoint_minutes * 60 or stop:
-            save_checkpoint()
-            last_checkpoint = time.perf_counter()
-        if stop:
-            reason = "max_minutes reached" if out_of_time else f"stopped at step {step}"
-            _log(out, {"step": step, "stopped": f"{reason}; run again to resume"})
-            return model_dir
-    if not options.eval_every or step % options.eval_every:
-        evaluate()
-    save_checkpoint()
-    return model_dir
+    if options.resume_from is not None and (Path(options.out) / CHECKPOINT).exists():
+        raise UserError(f"{options.out} has a checkpoint: rerun without --resume-from to continue from it")
+    return _Trainer(options).run()

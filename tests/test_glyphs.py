@@ -1,0 +1,65 @@
+"""Glyph targets: each target token's visual cell and each cell's glyphs, checked against the ink of the
+processor's own view of the page (where the glyph really is for the model), not against the box maths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymupdf
+import pytest
+
+from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, JinaOCRImageProcessor
+from jina_ocr.synth.page import render
+from jina_ocr.train.drills import A5
+from jina_ocr.train.glyphs import NO_CELL, ViewGrid, glyph_targets
+from jina_ocr.train.tokenizer import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer([])
+
+
+def _page(texts: list[tuple[tuple[float, float], str, float]]) -> bytes:
+    doc = pymupdf.open()
+    page = doc.new_page(width=A5[0], height=A5[1])
+    for point, text, size in texts:
+        page.insert_text(point, text, fontsize=size, fontname="helv")
+    return doc.tobytes()
+
+
+def _ink_cell(pdf_bytes: bytes, mode: str) -> tuple[int, int]:
+    """(row, col) of the cell holding the centre of the ink in the processor's global view."""
+    image = render(pdf_bytes, 144)
+    view = JinaOCRImageProcessor(mode=mode)([image])["pixel_values"][0].mean(0).numpy()
+    rows, cols = np.nonzero(view < -0.5)
+    return int(rows.mean() // PIXELS_PER_TOKEN), int(cols.mean() // PIXELS_PER_TOKEN)
+
+
+@pytest.mark.parametrize("mode", ["small", "base"])
+@pytest.mark.parametrize("point", [(40.0, 60.0), (200.0, 300.0), (380.0, 560.0)])
+def test_a_glyph_gets_the_cell_its_ink_lands_in(tokenizer, mode, point):
+    pdf = _page([(point, "W", 24.0)])
+    grid = ViewGrid(MODES[mode][0])
+    targets = glyph_targets(tokenizer, "W", pdf, render(pdf, 144).size, grid)
+    row, col = _ink_cell(pdf, mode)
+    assert targets.token_cells == [grid.sequence_index(row, col), NO_CELL]
+    slots = targets.cell_glyphs[row * grid.side + col]
+    assert slots[0, 0] == tokenizer.convert_tokens_to_ids("W")
+    assert int((targets.cell_glyphs >= 0).sum()) == 1
+
+
+def test_markup_and_joins_have_no_cell_and_slots_follow_reading_order(tokenizer):
+    grid = ViewGrid(MODES["base"][0])
+    pdf = _page([((40, 50), "Hi", 28.0), ((40, 122), "ab", 20.0), ((40, 146), "cd", 20.0)])
+    markdown = "# Hi\n\nab cd"
+    targets = glyph_targets(tokenizer, markdown, pdf, render(pdf, 144).size, grid)
+    ids = tokenizer.encode(markdown, add_special_tokens=False)
+    assert len(targets.token_cells) == len(ids) + 1  # and EOS
+    cells = dict(zip(markdown, targets.token_cells, strict=False))
+    assert [targets.token_cells[i] for i in (0, 1, 4, 5, 8)] == [NO_CELL] * 5  # "# ", "\n\n", the join
+    assert NO_CELL not in (cells["H"], cells["a"], cells["c"])
+    # "ab" and "cd" sit 24 pt apart: two lines of the same 37 pt cell row, each in its own slot line.
+    cell = targets.token_cells[6] - (targets.token_cells[6] // (grid.side + 1))
+    slots = targets.cell_glyphs[cell]
+    names = [[tokenizer.convert_ids_to_tokens(int(i)) if i >= 0 else "" for i in line] for line in slots]
+    assert names[0][:2] == ["a", "b"] and names[1][:2] == ["c", "d"]
