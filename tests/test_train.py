@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -196,3 +199,43 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     assert not all(torch.equal(after_warm_up[k], init[k]) for k in decoder)
     trained = load_file(str(out / "model" / "model.safetensors"))
     assert not all(torch.equal(trained[k], after_warm_up[k]) for k in vision)
+
+
+def test_sigterm_stops_a_run_after_its_step_with_a_checkpoint(tmp_path):
+    """A run handed SIGTERM (a machine going away) finishes the step in progress, checkpoints and exits 0."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "jina_ocr.cli", "train", "sft", str(out), "--steps", "200"]
+    command += ["--batch-size", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "16"]
+    command += ["--workers", "0", "--threads", "1", "--checkpoint-minutes", "100"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as run:
+        for line in run.stdout:
+            if '"loss"' in line:
+                break
+        run.send_signal(signal.SIGTERM)
+        rest = run.stdout.read()
+        assert run.wait(timeout=120) == 0
+    stopped = [r for r in _log(out) if "stopped" in r]
+    assert len(stopped) == 1 and stopped[0]["stopped"].startswith("SIGTERM received")
+    progress = torch.load(out / "checkpoint.pt", weights_only=False)["progress"]
+    assert progress["step"] == stopped[0]["step"] < 200
+    assert "model files" in rest
+
+
+def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft_run, tmp_path, capsys):
+    out = sft_run[0]
+    card = tmp_path / "card.md"
+    card.write_text("# jina-ocr-tiny\n")
+    into = tmp_path / "bundled"
+    args = ["train", "bundle", str(out / "model"), "--card", str(card), "--into", str(into), "--pages", "2"]
+    assert main(args) == 0
+    weights = load_file(str(into / "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    assert (into / "README.md").read_text() == "# jina-ocr-tiny\n"
+    settings = json.loads((into / "jina_ocr_model.json").read_text())
+    assert settings["bundle"]["stage"] == "rows" and "candidate_cer" in settings["bundle"]
+    load_model_files(into)  # the bundled files load as model files
+    # The same model again is not one point better than itself: refused, the bundle left as it was.
+    capsys.readouterr()
+    assert main(args) == 1
+    assert "not one point better than the bundled model's" in capsys.readouterr().err
+    assert load_file(str(into / "model.safetensors")).keys() == weights.keys()

@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,6 +391,10 @@ class _Trainer:
         )
 
     def run(self) -> Path:
+        with _StopSignal() as stop_signal:
+            return self._run(stop_signal)
+
+    def _run(self, stop_signal: _StopSignal) -> Path:
         options, progress = self.options, self.progress
         vision_warmup = 0 if options.init is not None else options.vision_warmup_steps
         set_vision_trainable(self.model, not options.freeze_vision and progress.step >= vision_warmup)
@@ -422,13 +428,11 @@ class _Trainer:
                 advanced = (
                     bool(options.eval_every) and progress.step % options.eval_every == 0 and self.evaluate()
                 )
-                out_of_time = options.max_minutes is not None and now - started > options.max_minutes * 60
-                stop = out_of_time or progress.step == options.stop_at
-                if now - last_checkpoint > options.checkpoint_minutes * 60 or stop:
+                reason = self._stop_reason(now - started, stop_signal)
+                if now - last_checkpoint > options.checkpoint_minutes * 60 or reason:
                     self.save_checkpoint()
                     last_checkpoint = time.perf_counter()
-                if stop:
-                    reason = "max_minutes reached" if out_of_time else f"stopped at step {progress.step}"
+                if reason:
                     _log(self.out, {"step": progress.step, "stopped": f"{reason}; run again to resume"})
                     return self.out / "model"
                 if advanced or progress.step >= options.steps:
@@ -437,6 +441,14 @@ class _Trainer:
             self.evaluate()
         self.save_checkpoint()
         return self.out / "model"
+
+    def _stop_reason(self, seconds: float, stop_signal: _StopSignal) -> str | None:
+        """Why the run stops after this step, or None to go on."""
+        if self.options.max_minutes is not None and seconds > self.options.max_minutes * 60:
+            return "max_minutes reached"
+        if self.progress.step == self.options.stop_at:
+            return f"stopped at step {self.progress.step}"
+        return stop_signal.received
 
     def _interval_record(self, interval: list[dict], lr: float, pages_per_s: float, started: float) -> dict:
         def mean(key: str) -> float:
@@ -456,6 +468,28 @@ class _Trainer:
             "pages_per_s": round(pages_per_s, 2),
             "minutes": round((time.perf_counter() - started) / 60, 2),
         }
+
+
+class _StopSignal:
+    """SIGTERM or SIGINT ends the run after the step in progress, with a checkpoint, instead of at once:
+    a machine being handed back, or Ctrl-C, then loses nothing."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = f"{signal.Signals(signum).name} received"
+
+    def __enter__(self) -> _StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def train_sft(options: SFTOptions) -> Path:

@@ -1,0 +1,75 @@
+"""Ship a trained model as the package's bundled jina-ocr-tiny, only when it reads better than the one there.
+
+The bundled folder holds the model files (:mod:`jina_ocr.train.model_files`) with the weights in
+bfloat16, its model card (``README.md``) and, in its settings, the held-out character error rate that
+earned it its place. A candidate replaces the bundled model only when its CER on the same held-out pages
+(those of the later of the two models' curriculum stages, seed ``EVAL_SEED``) is at least one point
+lower: the bundle is what ``jina-ocr convert`` uses with no ``--model``, and what an interrupted run
+resumes from (``train sft --resume-from``), so it must never get worse.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from jina_ocr.errors import UserError
+from jina_ocr.train.drills import STAGES
+from jina_ocr.train.evaluate import character_error_rate, transcribe
+from jina_ocr.train.model_files import SETTINGS, WEIGHTS, load_model_files, load_settings, save_model_files
+from jina_ocr.train.recipe import PageRecipe
+
+MAX_BUNDLE_BYTES = 40 * 1024 * 1024
+EVAL_SEED = 1
+EVAL_PAGES = 32
+MIN_GAIN = 0.01
+
+
+def _stage(settings: dict) -> int:
+    return STAGES.index(settings.get("progress", {}).get("stage", STAGES[-1]))
+
+
+def held_out_cer(folder: Path, stage: int, pages: int = EVAL_PAGES) -> float:
+    """The model files' CER on ``pages`` held-out pages of ``stage`` (seed ``EVAL_SEED``)."""
+    model, processor = load_model_files(folder)
+    held_out = PageRecipe().held_out_pages(stage, EVAL_SEED, pages)
+    predictions = transcribe(model, processor, [p.image for p in held_out], max_new_tokens=512)
+    return character_error_rate(predictions, [p.markdown for p in held_out])
+
+
+def bundle(candidate: Path, into: Path, card: Path, pages: int = EVAL_PAGES) -> dict:
+    """Copy ``candidate``'s model files into ``into`` (weights in bf16) with ``card`` as the model card,
+    if it beats the model already there; returns the comparison. Raises :class:`UserError` otherwise."""
+    candidate, into = Path(candidate), Path(into)
+    if not card.is_file():
+        raise UserError(f"--card {card}: no such file")
+    settings = load_settings(candidate)
+    stage = _stage(settings)
+    result = {"stage": STAGES[stage], "pages": pages}
+    if (into / SETTINGS).is_file():
+        stage = max(stage, _stage(load_settings(into)))
+        result["stage"] = STAGES[stage]
+        result["bundled_cer"] = round(held_out_cer(into, stage, pages), 4)
+    result["candidate_cer"] = round(held_out_cer(candidate, stage, pages), 4)
+    if "bundled_cer" in result and result["candidate_cer"] > result["bundled_cer"] - MIN_GAIN:
+        raise UserError(
+            f"{candidate} reads {STAGES[stage]} pages with CER {result['candidate_cer']}, not one point "
+            f"better than the bundled model's {result['bundled_cer']}: the bundle stays as it is"
+        )
+    model, processor = load_model_files(candidate)
+    settings["bundle"] = result
+    staging = into.with_name(into.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    save_model_files(staging, model.to(torch.bfloat16), processor.tokenizer, settings)
+    weights = staging / WEIGHTS
+    if weights.stat().st_size > MAX_BUNDLE_BYTES:
+        shutil.rmtree(staging)
+        raise UserError(
+            f"{candidate}: {weights.stat().st_size / 2**20:.1f} MB of weights is over the 40 MB bundle limit"
+        )
+    shutil.copyfile(card, staging / "README.md")
+    shutil.rmtree(into, ignore_errors=True)
+    staging.rename(into)
+    return result
