@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the shared real-world fixtures and one tiny exported model per session."""
+"""Shared fixtures: the repository's real-world fixture files and one tiny exported model per session."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.fail(f"the shared fixtures are missing: expected them at {FIXTURES}")
+    """Real PDFs, scans and checkpoint metadata (tests/fixtures/README.md says what and whose)."""
     return FIXTURES
 
 

@@ -1,4 +1,4 @@
-"""``jina-ocr convert`` on the real PDFs and scans of the shared fixtures, with the tiny exported model.
+"""``jina-ocr convert`` on the real PDFs and scans of the fixtures, with the tiny exported model.
 
 The model's text is random; the tests check what the command promises: which pages, which files,
 which errors, which exit status. Most runs use ``--mode tiny`` (512 px, one small forward per page)
