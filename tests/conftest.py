@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Under CI=true every skip fails, except those skip_policy.ALLOWED_IN_CI names.
+pytest_plugins = ["skip_policy"]
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
