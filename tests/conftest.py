@@ -24,3 +24,13 @@ def tiny_export(tmp_path_factory) -> Path:
     from jina_ocr.export.presets import export_random
 
     return export_random(tmp_path_factory.mktemp("tiny") / "jina-ocr-tiny", preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_mtp_export(tmp_path_factory) -> Path:
+    """The same tiny folder with FastMTP on in its generation config (``jina-ocr export --mtp on``), for
+    the tests of drafting; random exports otherwise decode with plain greedy."""
+    from jina_ocr.export.presets import export_random
+
+    folder = tmp_path_factory.mktemp("tiny-mtp") / "jina-ocr-tiny"
+    return export_random(folder, preset="tiny", seed=0, mtp=True)

@@ -66,7 +66,7 @@ def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
     assert set(page) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
     assert page["page"] == 1 and page["error"] is None and isinstance(page["markdown"], str)
     assert 0 <= page["tokens"] <= 2 and page["seconds"] > 0
-    assert isinstance(page["fastmtp"], dict)  # FastMTP is on by default
+    assert page["fastmtp"] is None  # a random export decodes with plain greedy unless exported with --mtp on
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
@@ -194,11 +194,12 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch)
     assert [p.name for p in tmp_path.iterdir()] == ["doc.md"]
 
 
-def test_installed_command_runs_the_default_mode(tiny_export, fixtures_dir):
-    """A fresh process through the real entry point, default resolution mode and FastMTP on."""
+def test_installed_command_runs_the_default_mode(tiny_mtp_export, fixtures_dir):
+    """A fresh process through the real entry point, default resolution mode and FastMTP on (the folder's
+    default)."""
     done = subprocess.run(
         [sys.executable, "-m", "jina_ocr.cli", "convert", str(fixtures_dir / "olmocr" / "earnings.pdf")]
-        + ["--model", str(tiny_export), "--max-new-tokens", "2", "--dpi", "40"],  # 340 x 440 px: no tiles
+        + ["--model", str(tiny_mtp_export), "--max-new-tokens", "2", "--dpi", "40"],  # 340 x 440 px: no tiles
         capture_output=True,
         text=True,
         timeout=300,

@@ -273,13 +273,17 @@ print(json.dumps(report))
 """
 
 
-def test_exported_generation_config_turns_fastmtp_on_for_hub_users(tiny_export, tmp_path):
-    result = run_as_hub_user(HUB_USER, tmp_path, str(tiny_export))
+@pytest.mark.parametrize("mtp", [True, False], ids=["exported-with-mtp-on", "random-export-default"])
+def test_exported_generation_config_sets_fastmtp_for_hub_users(request, tmp_path, mtp):
+    """``--mtp on`` makes FastMTP the folder's default; a random export's default is plain greedy."""
+    folder = request.getfixturevalue("tiny_mtp_export" if mtp else "tiny_export")
+    result = run_as_hub_user(HUB_USER, tmp_path, str(folder))
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["use_mtp"] is True and report["steps"] == 3 and report["max_new_tokens"] == 4096
+    assert report["use_mtp"] is mtp and report["steps"] == 3 and report["max_new_tokens"] == 4096
     ngram, window, exempt = report["guard"]
     assert (ngram, window, len(exempt)) == (35, 1024, 2)
-    assert report["stats1"] and report["stats2"] and report["same1"] and report["same2"]
-    saved = json.loads((tiny_export / "generation_config.json").read_text())
+    assert report["stats1"] is report["stats2"] is mtp  # FastMTP statistics exist only when it ran
+    assert report["same1"] and report["same2"]
+    saved = json.loads((folder / "generation_config.json").read_text())
     assert "_from_model_config" not in saved and saved["do_sample"] is False
     assert EOS == saved["eos_token_id"] and PAD == saved["pad_token_id"]
