@@ -4,6 +4,7 @@ section 3 (never by calling the module under test), plus cache and batching cons
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import pytest
@@ -170,36 +171,50 @@ def ref_rmsnorm(x, norm):
     return norm.weight * x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6)
 
 
+def ref_rope(t, positions, theta):
+    """Rotate-half rotary embedding over the full head dimension of ``t`` (L, d) at ``positions`` (L,)."""
+    d = t.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None]
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    return t * cos + torch.cat([-t[:, d // 2 :], t[:, : d // 2]], -1) * sin
+
+
+def ref_attention(x, att, heads, positions, theta):
+    """Causal multi-head attention over one sequence (L, hidden), keys and queries rotated at ``positions``."""
+    length, hidden = x.shape
+    d = hidden // heads
+    q, k, v = (x @ p.weight.T for p in (att.q_proj, att.k_proj, att.v_proj))
+    causal = torch.ones(length, length).tril().bool()
+    outs = []
+    for i in range(heads):
+        part = slice(i * d, (i + 1) * d)
+        qi, ki = ref_rope(q[:, part], positions, theta), ref_rope(k[:, part], positions, theta)
+        scores = (qi @ ki.T / math.sqrt(d)).masked_fill(~causal, float("-inf"))
+        outs.append(scores.softmax(-1) @ v[:, part])
+    return torch.cat(outs, -1) @ att.o_proj.weight.T
+
+
+def ref_decoder_layer(x, layer, config, positions, mlp):
+    """Pre-norm layer: ``x + attn(norm x)``, then ``x + mlp(norm x)``; ``mlp`` is the layer's MLP reference."""
+    heads = config.num_attention_heads
+    x = x + ref_attention(
+        ref_rmsnorm(x, layer.input_layernorm), layer.self_attn, heads, positions, config.rope_theta
+    )
+    return x + mlp(ref_rmsnorm(x, layer.post_attention_layernorm))
+
+
 def ref_decoder_logits(model, embeds):
     """One sequence (L, hidden) through the decoder: causal MHA with rotate-half RoPE at 0..L-1."""
     config = model.config
-    length, hidden = embeds.shape
-    heads = config.num_attention_heads
-    d = hidden // heads
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]
-    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-
-    def rope(t):
-        return t * cos + torch.cat([-t[:, d // 2 :], t[:, : d // 2]], -1) * sin
-
-    causal = torch.ones(length, length).tril().bool()
+    positions = torch.arange(embeds.shape[0])
     x = embeds
     for n, layer in enumerate(model.model.layers):
-        y = ref_rmsnorm(x, layer.input_layernorm)
-        att = layer.self_attn
-        q, k, v = (y @ p.weight.T for p in (att.q_proj, att.k_proj, att.v_proj))
-        outs = []
-        for i in range(heads):
-            qi, ki, vi = (
-                rope(t[:, i * d : (i + 1) * d]) if t is not v else t[:, i * d : (i + 1) * d]
-                for t in (q, k, v)
-            )
-            scores = (qi @ ki.T / math.sqrt(d)).masked_fill(~causal, float("-inf"))
-            outs.append(scores.softmax(-1) @ vi)
-        x = x + torch.cat(outs, -1) @ att.o_proj.weight.T
-        y = ref_rmsnorm(x, layer.post_attention_layernorm)
-        x = x + (ref_moe(y, layer.mlp, config.num_experts_per_tok) if n else ref_swiglu(y, layer.mlp))
+        if n:
+            mlp = functools.partial(ref_moe, moe=layer.mlp, top_k=config.num_experts_per_tok)
+        else:
+            mlp = functools.partial(ref_swiglu, mlp=layer.mlp)
+        x = ref_decoder_layer(x, layer, config, positions, mlp)
     return ref_rmsnorm(x, model.model.norm) @ model.lm_head.weight.T
 
 
