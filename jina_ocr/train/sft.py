@@ -161,6 +161,25 @@ def _parameter_groups(model, options: SFTOptions):
     ]
 
 
+def optimizer_and_schedule(model, options: SFTOptions):
+    """AdamW over :func:`_parameter_groups`, with the warm-up and cosine of :func:`learning_rate_factor`."""
+    optimizer = torch.optim.AdamW(_parameter_groups(model, options), betas=(0.9, 0.95))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, options))
+    return optimizer, scheduler
+
+
+def train_step(model, batch: dict, optimizer, scheduler, grad_clip: float, autocast) -> float:
+    """One teacher-forced update on ``batch``; returns its loss before the update."""
+    with autocast:
+        loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
 def _log(out: Path, record: dict) -> None:
     with open(out / "log.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -197,8 +216,7 @@ def train_sft(options: SFTOptions) -> Path:
     model.to(device).train()
     if options.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(_parameter_groups(model, options), betas=(0.9, 0.95))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, options))
+    optimizer, scheduler = optimizer_and_schedule(model, options)
     step, next_index = 0, 1
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -295,18 +313,12 @@ def train_sft(options: SFTOptions) -> Path:
             break
         indices = batch.pop("indices")
         batch = {key: value.to(device) for key, value in batch.items()}
-        with autocast:
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(model, batch, optimizer, scheduler, options.grad_clip, autocast)
         step += 1
         if step == vision_warmup and not options.freeze_vision:
             set_vision_trainable(model, True)
         next_index = int(indices.max()) + 1
-        losses.append(loss.item())
+        losses.append(loss)
         pages_since_log += len(indices)
         now = time.perf_counter()
         if step % options.log_every == 0 or step == options.steps:
