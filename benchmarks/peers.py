@@ -19,7 +19,7 @@ from jina_ocr.bench import peers
 from jina_ocr.bench.olmocr import load_tests
 from jina_ocr.bench.scoring import format_table, score_outputs
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "olmocr"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "olmocr"
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from PIL import Image, ImageOps
 
 from jina_ocr.remote_code.processing_jina_ocr import MODES, TILE_SIZE, JinaOCRImageProcessor, select_tile_grid
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "olmocr"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "olmocr"
 
 
 def render_pages(folder: Path, zoom: float = 2.0) -> list[tuple[str, Image.Image]]:

@@ -22,7 +22,7 @@ import pymupdf
 from jina_ocr.bench.olmocr import load_tests
 from jina_ocr.rewards import prepare_reference, reward
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "olmocr"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "olmocr"
 
 
 def page_text(pdf: Path) -> str:

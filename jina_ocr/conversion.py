@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -161,9 +162,29 @@ def resolve_model(model: str | os.PathLike | None) -> Path:
             "real weights, `jina-ocr export --random --preset tiny DIR` writes a tiny random-weight "
             "model; its output is meaningless text."
         )
+    if not folder.exists():
+        raise UserError(f"{origin} {folder}: no such folder")
     if not (folder / "config.json").is_file():
         raise UserError(f"{origin} {folder}: not a model folder (no config.json in it)")
+    _check_model_type(folder, origin)
     return folder
+
+
+def _check_model_type(folder: Path, origin: str) -> None:
+    """Refuse another model's folder here, not as a traceback from deep inside Transformers."""
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UserError(f"{origin} {folder}: config.json cannot be read ({error})") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type != JinaOCRConfig.model_type:
+        raise UserError(
+            f"{origin} {folder}: config.json is for model type {model_type!r}, not a jina-ocr model "
+            f"({JinaOCRConfig.model_type!r}); a DeepSeek-OCR or jina-ocr-v1 checkpoint is converted with "
+            "`jina-ocr export --from`"
+        )
 
 
 def resolve_device(device: str | None):
@@ -172,14 +193,35 @@ def resolve_device(device: str | None):
 
     if device:
         try:
-            return torch.device(device)
+            chosen = torch.device(device)
         except RuntimeError as error:
             raise UserError(f"unknown device {device!r}: {error}") from None
+        _check_available(chosen, device)
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
     if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _check_available(device, name: str) -> None:
+    """A device this machine has: moving a model to a missing one fails deep inside torch."""
+    import torch
+
+    if device.type == "mps":
+        backend, available = torch.mps, torch.backends.mps.is_available
+    else:
+        backend = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, ...
+        available = getattr(backend, "is_available", None)
+    if available is not None and not available():
+        raise UserError(
+            f"device {name!r}: this machine has no {device.type.upper()} device (try --device cpu)"
+        )
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and count is not None and device.index >= count():
+        kind = device.type.upper()
+        raise UserError(f"device {name!r}: this machine has {count()} {kind} device(s), numbered from 0")
 
 
 _DTYPES = {

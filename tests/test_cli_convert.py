@@ -1,4 +1,4 @@
-"""``jina-ocr convert`` on the real PDFs and scans of the shared fixtures, with the tiny exported model.
+"""``jina-ocr convert`` on the real PDFs and scans of the fixtures, with the tiny exported model.
 
 The model's text is random; the tests check what the command promises: which pages, which files,
 which errors, which exit status. Most runs use ``--mode tiny`` (512 px, one small forward per page)
@@ -8,7 +8,10 @@ to stay fast; one runs the default mode through the installed entry point in a f
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +69,7 @@ def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
     assert set(page) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
     assert page["page"] == 1 and page["error"] is None and isinstance(page["markdown"], str)
     assert 0 <= page["tokens"] <= 2 and page["seconds"] > 0
-    assert isinstance(page["fastmtp"], dict)  # FastMTP is on by default
+    assert page["fastmtp"] is None  # a random export decodes with plain greedy unless exported with --mtp on
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
@@ -194,11 +197,12 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch)
     assert [p.name for p in tmp_path.iterdir()] == ["doc.md"]
 
 
-def test_installed_command_runs_the_default_mode(tiny_export, fixtures_dir):
-    """A fresh process through the real entry point, default resolution mode and FastMTP on."""
+def test_installed_command_runs_the_default_mode(tiny_mtp_export, fixtures_dir):
+    """A fresh process through the real entry point, default resolution mode and FastMTP on (the folder's
+    default)."""
     done = subprocess.run(
         [sys.executable, "-m", "jina_ocr.cli", "convert", str(fixtures_dir / "olmocr" / "earnings.pdf")]
-        + ["--model", str(tiny_export), "--max-new-tokens", "2", "--dpi", "40"],  # 340 x 440 px: no tiles
+        + ["--model", str(tiny_mtp_export), "--max-new-tokens", "2", "--dpi", "40"],  # 340 x 440 px: no tiles
         capture_output=True,
         text=True,
         timeout=300,
@@ -206,3 +210,118 @@ def test_installed_command_runs_the_default_mode(tiny_export, fixtures_dir):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("<!-- page 1 -->\n\n")
     assert "tok/s" in done.stderr
+
+
+def one_line_error(err: str) -> str:
+    """The whole of stderr for an input refused before any work: one line, no traceback."""
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def convert_without_a_model(tmp_path, capsys, *args) -> tuple[int, str]:
+    """``jina-ocr convert SAMPLE ARGS`` with a model folder that does not exist: an error about the
+    arguments proves they were checked before any model was looked for."""
+    status = main(["convert", str(SAMPLE), *map(str, args), "--model", str(tmp_path / "no-model"), *FAST])
+    return status, one_line_error(capsys.readouterr().err)
+
+
+def unwritable_folder(tmp_path) -> Path:
+    """A folder this process cannot create files in: permission bits bind every user except root, whom
+    only a file system that refuses new files (sysfs) stops."""
+    if os.geteuid() == 0:
+        return Path("/sys/jina-ocr-out")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    return locked / "out"
+
+
+@pytest.mark.parametrize("case", ["existing file", "under a file", "not writable"])
+def test_unusable_output_folder_is_a_usage_error_before_anything_loads(tmp_path, capsys, case):
+    (tmp_path / "taken").write_text("a file\n")
+    target, message = {
+        "existing file": (tmp_path / "taken", f"-o {tmp_path / 'taken'}: is a file, not a folder"),
+        "under a file": (
+            tmp_path / "taken" / "out",
+            f"-o {tmp_path / 'taken' / 'out'}: lies under {tmp_path / 'taken'}, which is a file, not a folder",
+        ),
+        "not writable": (unwritable_folder(tmp_path), None),
+    }[case]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    status, line = convert_without_a_model(tmp_path, capsys, "-o", target)
+    assert status == 2
+    if message is None:
+        assert line.startswith(f"jina-ocr convert: error: -o {target}: cannot write in {target.parent} (")
+    else:
+        assert line == f"jina-ocr convert: error: {message}"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written, no probe left
+    assert (tmp_path / "taken").read_text() == "a file\n"
+
+
+def test_a_folder_of_another_model_is_a_usage_error(run, tmp_path, capsys):
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text('{"model_type": "bert"}')
+    status = main(["convert", str(SAMPLE), "--model", str(bert), "-o", str(tmp_path / "out"), *FAST])
+    line = one_line_error(capsys.readouterr().err)
+    assert status == 2
+    assert line.startswith(
+        f"jina-ocr convert: error: --model {bert}: config.json is for model type 'bert', not a jina-ocr model"
+    )
+    assert "jina-ocr export --from" in line
+    status = main(["convert", str(SAMPLE), "--model", str(tmp_path / "missing"), *FAST])
+    assert status == 2
+    assert one_line_error(capsys.readouterr().err) == (
+        f"jina-ocr convert: error: --model {tmp_path / 'missing'}: no such folder"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("pages", ["", " ", ","])
+def test_an_empty_page_selection_is_a_usage_error(tmp_path, capsys, pages):
+    status, line = convert_without_a_model(tmp_path, capsys, "--pages", pages, "-o", tmp_path / "out")
+    assert status == 2
+    assert line.startswith(f"jina-ocr convert: error: invalid page selection {pages!r}: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_device_this_machine_lacks_is_a_usage_error(tmp_path, capsys):
+    import torch
+
+    device = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+    status, line = convert_without_a_model(tmp_path, capsys, "--device", device, "-o", tmp_path / "out")
+    assert status == 2
+    assert line.startswith(f"jina-ocr convert: error: device {device!r}: this machine has ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_while_the_model_loads(tiny_export, tmp_path, capsys, monkeypatch):
+    """SIGINT delivered while the weights load: exit 130, one line, nothing written."""
+    import transformers
+
+    model = tmp_path / "model"  # a folder of its own: the loaded-model cache must not answer for it
+    shutil.copytree(tiny_export, model)
+
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", interrupted)
+    status = main(["convert", str(SAMPLE), "--model", str(model), "-o", str(tmp_path / "out"), *FAST])
+    assert status == 130
+    assert one_line_error(capsys.readouterr().err) == (
+        "jina-ocr convert: interrupted while loading the model; nothing was written"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_encrypted_pdf_without_password_names_the_option(run, fixtures_dir, tmp_path):
+    locked = encrypted_copy(fixtures_dir / "olmocr" / "earnings.pdf", tmp_path / "locked.pdf", "secret")
+    status, out, err = run(locked, "-o", tmp_path / "out")
+    assert status == 1 and out == ""
+    assert one_line_error(err) == (
+        f"jina-ocr convert: error: {locked}: is encrypted: a password is needed to open it; "
+        "pass it with --password"
+    )
+    assert not (tmp_path / "out").exists()

@@ -143,7 +143,7 @@ def test_model_resolution_order(tiny_export, tmp_path, monkeypatch):
 
     bundled = tmp_path / "bundled"
     bundled.mkdir()
-    (bundled / "config.json").write_text("{}")
+    (bundled / "config.json").write_text('{"model_type": "jina_ocr"}')
     built = []  # the bundled model's Hub folder is built from its files on first use
     monkeypatch.setattr(jina_ocr.models, "hub_folder", lambda files: built.append(files) or tiny_export)
     monkeypatch.setattr(conversion, "BUNDLED_MODEL", bundled)

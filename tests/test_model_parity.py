@@ -3,6 +3,8 @@ section 3 (never by calling the module under test), plus cache and batching cons
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import pytest
@@ -12,7 +14,7 @@ from small_config import IMAGE, SMALL
 
 from jina_ocr.remote_code.compat_jina_ocr import output_cache
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration, JinaOCRMoE
 
 
 @pytest.fixture(scope="module")
@@ -152,13 +154,15 @@ def ref_swiglu(x, mlp):
     return (F.silu(x @ mlp.gate_proj.weight.T) * (x @ mlp.up_proj.weight.T)) @ mlp.down_proj.weight.T
 
 
-def ref_moe(x, moe, top_k):
-    """Token by token: softmax over all experts, top-k probabilities as they are, plus shared experts."""
+def ref_moe(x, moe, top_k, renormalise=False, scaling=1.0):
+    """Token by token: softmax over all experts, the top-k probabilities as they are (DeepSeek-OCR) or
+    divided by their sum (``norm_topk_prob``), times ``routed_scaling_factor``, plus shared experts."""
     out = []
     for token in x:
         probs = (token @ moe.gate.weight.T).softmax(-1)
         chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[:top_k]
-        y = sum(probs[e] * ref_swiglu(token, moe.experts[e]) for e in chosen)
+        total = sum(probs[e] for e in chosen) if renormalise else 1.0
+        y = sum(probs[e] / total * scaling * ref_swiglu(token, moe.experts[e]) for e in chosen)
         out.append(y + ref_swiglu(token, moe.shared_experts))
     return torch.stack(out)
 
@@ -167,36 +171,50 @@ def ref_rmsnorm(x, norm):
     return norm.weight * x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6)
 
 
+def ref_rope(t, positions, theta):
+    """Rotate-half rotary embedding over the full head dimension of ``t`` (L, d) at ``positions`` (L,)."""
+    d = t.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None]
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    return t * cos + torch.cat([-t[:, d // 2 :], t[:, : d // 2]], -1) * sin
+
+
+def ref_attention(x, att, heads, positions, theta):
+    """Causal multi-head attention over one sequence (L, hidden), keys and queries rotated at ``positions``."""
+    length, hidden = x.shape
+    d = hidden // heads
+    q, k, v = (x @ p.weight.T for p in (att.q_proj, att.k_proj, att.v_proj))
+    causal = torch.ones(length, length).tril().bool()
+    outs = []
+    for i in range(heads):
+        part = slice(i * d, (i + 1) * d)
+        qi, ki = ref_rope(q[:, part], positions, theta), ref_rope(k[:, part], positions, theta)
+        scores = (qi @ ki.T / math.sqrt(d)).masked_fill(~causal, float("-inf"))
+        outs.append(scores.softmax(-1) @ v[:, part])
+    return torch.cat(outs, -1) @ att.o_proj.weight.T
+
+
+def ref_decoder_layer(x, layer, config, positions, mlp):
+    """Pre-norm layer: ``x + attn(norm x)``, then ``x + mlp(norm x)``; ``mlp`` is the layer's MLP reference."""
+    heads = config.num_attention_heads
+    x = x + ref_attention(
+        ref_rmsnorm(x, layer.input_layernorm), layer.self_attn, heads, positions, config.rope_theta
+    )
+    return x + mlp(ref_rmsnorm(x, layer.post_attention_layernorm))
+
+
 def ref_decoder_logits(model, embeds):
     """One sequence (L, hidden) through the decoder: causal MHA with rotate-half RoPE at 0..L-1."""
     config = model.config
-    length, hidden = embeds.shape
-    heads = config.num_attention_heads
-    d = hidden // heads
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]
-    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-
-    def rope(t):
-        return t * cos + torch.cat([-t[:, d // 2 :], t[:, : d // 2]], -1) * sin
-
-    causal = torch.ones(length, length).tril().bool()
+    positions = torch.arange(embeds.shape[0])
     x = embeds
     for n, layer in enumerate(model.model.layers):
-        y = ref_rmsnorm(x, layer.input_layernorm)
-        att = layer.self_attn
-        q, k, v = (y @ p.weight.T for p in (att.q_proj, att.k_proj, att.v_proj))
-        outs = []
-        for i in range(heads):
-            qi, ki, vi = (
-                rope(t[:, i * d : (i + 1) * d]) if t is not v else t[:, i * d : (i + 1) * d]
-                for t in (q, k, v)
-            )
-            scores = (qi @ ki.T / math.sqrt(d)).masked_fill(~causal, float("-inf"))
-            outs.append(scores.softmax(-1) @ vi)
-        x = x + torch.cat(outs, -1) @ att.o_proj.weight.T
-        y = ref_rmsnorm(x, layer.post_attention_layernorm)
-        x = x + (ref_moe(y, layer.mlp, config.num_experts_per_tok) if n else ref_swiglu(y, layer.mlp))
+        if n:
+            mlp = functools.partial(ref_moe, moe=layer.mlp, top_k=config.num_experts_per_tok)
+        else:
+            mlp = functools.partial(ref_swiglu, mlp=layer.mlp)
+        x = ref_decoder_layer(x, layer, config, positions, mlp)
     return ref_rmsnorm(x, model.model.norm) @ model.lm_head.weight.T
 
 
@@ -231,6 +249,25 @@ def test_moe_layer_matches_reference(model):
     with torch.no_grad():
         ours = moe(x)
         expected = ref_moe(x.reshape(-1, 24), moe, 3).reshape(2, 9, 24)
+    torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("renormalise", "scaling"), [(True, 1.0), (False, 2.5), (True, 0.4)])
+def test_moe_routing_options_match_reference(renormalise, scaling):
+    """DeepSeek-OCR leaves both options at their neutral values, so the layer above cannot tell whether
+    they are honoured; other DeepSeek-V2 checkpoints set them."""
+    config = JinaOCRConfig(**SMALL, norm_topk_prob=renormalise, routed_scaling_factor=scaling)
+    torch.manual_seed(11)
+    moe = JinaOCRMoE(config).to(torch.float64)
+    with torch.no_grad():
+        for param in moe.parameters():
+            param.normal_(0.0, 0.5)  # the router starts at zero: make its choice matter
+    x = torch.randn(2, 9, 24, dtype=torch.float64)
+    with torch.no_grad():
+        ours = moe(x)
+        expected = ref_moe(x.reshape(-1, 24), moe, 3, renormalise, scaling).reshape(2, 9, 24)
+        neutral = ref_moe(x.reshape(-1, 24), moe, 3)
+    assert not torch.allclose(expected.reshape(-1, 24), neutral)  # the options change the output
     torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-10)
 
 
@@ -345,6 +382,33 @@ def test_batch_of_pages_with_different_tile_counts_matches_each_page_alone(model
         eos_token_id=1,
     )
     assert [row[width:].tolist() for row in out] == alone
+
+
+def test_whole_model_in_float32_matches_float64(model):
+    """The same weights in float32 give the float64 logits up to float32 rounding, for a prompt with
+    a tiled image (SAM, CLIP, projector, MoE decoder) and for the FastMTP head."""
+    torch.manual_seed(9)
+    view = torch.randn(1, 3, 128, 128, dtype=torch.float64)
+    tiles = torch.randn(2, 3, 128, 128, dtype=torch.float64)
+    grids = torch.tensor([[2, 1]])
+    single = copy.deepcopy(model).to(torch.float32)
+    with torch.no_grad():
+        count = model.model.get_image_features(view, tiles, grids)[0].shape[0]
+        ids = torch.tensor([prompt_with_image(count) + [9, 11, 13]])
+        results = []
+        for m, dtype in ((model, torch.float64), (single, torch.float32)):
+            out = m(input_ids=ids, pixel_values=view.to(dtype), pixel_values_local=tiles.to(dtype),
+                    image_grids=grids)  # fmt: skip
+            hidden = out.last_hidden_state
+            head = m.mtp_module.heads[0](
+                m.get_input_embeddings()(ids[:, 1:]), hidden[:, :-1], torch.arange(ids.shape[1] - 1)[None]
+            )
+            results.append((out.logits, m.logits(m.model.norm(head))))
+    (logits64, head64), (logits32, head32) = results
+    assert logits32.dtype == head32.dtype == torch.float32
+    scale = float(logits64.abs().max())
+    torch.testing.assert_close(logits32.double(), logits64, rtol=0, atol=1e-5 * scale)
+    torch.testing.assert_close(head32.double(), head64, rtol=0, atol=1e-5 * float(head64.abs().max()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])

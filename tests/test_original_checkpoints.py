@@ -10,7 +10,7 @@ import logging
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from jina_ocr.cli import main as cli
 from jina_ocr.export.folder import ExportError, validate_folder
@@ -48,10 +48,10 @@ def original_config(fixtures_dir, with_head: bool) -> dict:
     return config
 
 
-def write_original(folder, fixtures_dir, with_head: bool, duplicates: bool = False):
+def write_original(folder, fixtures_dir, with_head: bool, duplicates: bool = False, dtype=torch.float32):
     raw = original_config(fixtures_dir, with_head)
     torch.manual_seed(0)
-    model = JinaOCRForConditionalGeneration(JinaOCRConfig.from_dict(copy.deepcopy(raw))).eval()
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig.from_dict(copy.deepcopy(raw))).to(dtype).eval()
     tensors = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     if duplicates:
         head = "mtp_module.heads.0."
@@ -100,6 +100,26 @@ def test_export_from_original_checkpoint_gives_a_folder_with_our_code(tmp_path, 
 
     loaded = AutoModelForImageTextToText.from_pretrained(tmp_path / "out", trust_remote_code=True).eval()
     torch.testing.assert_close(sample_logits(loaded), sample_logits(reference), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("stored", "claimed"), [(torch.float32, "bfloat16"), (torch.bfloat16, "float32"), (torch.float32, None)]
+)
+def test_export_keeps_the_stored_dtype_whatever_the_config_says(tmp_path, fixtures_dir, stored, claimed):
+    """config.json's torch_dtype is only a claim: the weights come out bit for bit as they went in."""
+    write_original(tmp_path / "ckpt", fixtures_dir, with_head=True, dtype=stored)
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config.pop("torch_dtype")
+    if claimed:
+        config["torch_dtype"] = claimed
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+    assert cli(["export", "--from", str(tmp_path / "ckpt"), str(tmp_path / "out")]) == 0
+    source = load_file(tmp_path / "ckpt" / "model.safetensors")
+    exported = load_file(tmp_path / "out" / "model.safetensors")
+    assert set(exported) == set(source)
+    for key, tensor in source.items():
+        assert exported[key].dtype == stored, key
+        assert torch.equal(exported[key], tensor), key
 
 
 def test_export_of_the_real_deepseek_config_builds_the_full_model(tmp_path, fixtures_dir, capsys):

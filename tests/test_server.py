@@ -31,9 +31,9 @@ LIMITS = Limits(max_request_bytes=2 * 1024 * 1024, max_pages=3, max_pixels=4_000
 
 
 @pytest.fixture(scope="module")
-def converter(tiny_export) -> Converter:
+def converter(tiny_mtp_export) -> Converter:
     return Converter.from_pretrained(
-        tiny_export, device="cpu", max_new_tokens=8, batch_size=8, mode="tiny", dpi=36
+        tiny_mtp_export, device="cpu", max_new_tokens=8, batch_size=8, mode="tiny", dpi=36
     )
 
 

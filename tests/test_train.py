@@ -239,3 +239,58 @@ def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft
     assert main(args) == 1
     assert "not one point better than the bundled model's" in capsys.readouterr().err
     assert load_file(str(into / "model.safetensors")).keys() == weights.keys()
+
+
+def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
+    """The optimiser, its schedule and the training step of ``train sft`` must fit one fixed batch: a
+    learning rate of zero, a dead schedule or a step that does not update the weights leaves the loss
+    where it started."""
+    from small_config import IMAGE, SMALL
+
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.train.sft import learning_rate_factor, make_optimizer, train_step
+    from jina_ocr.train.supervision import AttentionProbes, GlyphHead
+
+    torch.manual_seed(0)
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).train()
+    head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
+    prompt = [3, 4, *[IMAGE] * 7, 5]  # a 128 px view: 2 x 2 cells, two newlines, the separator
+    probes = AttentionProbes(model, [1], head=0, text_start=len(prompt) - 1, visual=slice(2, 9))
+    generator = torch.Generator().manual_seed(1)
+    glyphs = torch.full((4, 2, 6), -1)
+    glyphs[0, 0, :3] = torch.tensor([10, 11, 12])
+    examples = [
+        Example(
+            i,
+            torch.randn(3, 128, 128, generator=generator),
+            torch.randint(8, 40, (12,), generator=generator).tolist() + [1],
+            "",
+            [0, 0, 1, 3] * 3 + [-1],
+            glyphs,
+        )
+        for i in range(2)
+    ]
+    batch = Collator(prompt, pad_token_id=2)(examples)
+    batch.pop("indices")
+    options = SFTOptions(out=tmp_path, steps=20, warmup=2, lr=1e-2)
+    optimizer = make_optimizer(model, head, options)
+    autocast = torch.autocast("cpu", enabled=False)
+    parts = [
+        train_step(
+            model,
+            head,
+            probes,
+            dict(batch),
+            optimizer,
+            learning_rate_factor(step, options),
+            options,
+            autocast,
+        )
+        for step in range(20)
+    ]
+    with torch.no_grad():
+        final = model(
+            **{k: v for k, v in batch.items() if k not in ("token_cells", "cell_glyphs")}
+        ).loss.item()
+    assert final <= parts[0]["lm"] / 2, [p["lm"] for p in parts]
+    assert parts[-1]["align"] < parts[0]["align"] and parts[-1]["glyph"] < parts[0]["glyph"]

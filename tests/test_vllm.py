@@ -125,11 +125,11 @@ def big_page(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lively_export(tiny_export, tmp_path_factory) -> Path:
+def lively_export(tiny_mtp_export, tmp_path_factory) -> Path:
     """The tiny export with its decoder and head weights scaled up, so that greedy output depends on
     the context and varies (random weights at init scale repeat one token forever)."""
     folder = tmp_path_factory.mktemp("lively") / "jina-ocr-tiny"
-    shutil.copytree(tiny_export, folder)
+    shutil.copytree(tiny_mtp_export, folder)
 
     def edit(state):
         for name, tensor in state.items():
@@ -143,14 +143,14 @@ def lively_export(tiny_export, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module", params=["post_norm", "pre_norm"])
-def drafting_export(request, tiny_export, tmp_path_factory) -> Path:
+def drafting_export(request, tiny_mtp_export, tmp_path_factory) -> Path:
     """A main model whose next token is a function of the last token (its residual branches are zeroed),
     with a FastMTP head that computes nearly that function of the token it is given: ``eh_proj`` is the
     identity on the embedding plus a little of the state ``h``. Its drafts are right often but not
     always, and at depths 2..K they depend on the state fed back (``mtp_feedback_hidden``, the config's
     value here), which the final norm's non-uniform weight makes differ between the two choices."""
     folder = tmp_path_factory.mktemp(f"drafting-{request.param}") / "jina-ocr-tiny"
-    shutil.copytree(tiny_export, folder)
+    shutil.copytree(tiny_mtp_export, folder)
     config = json.loads((folder / "config.json").read_text())
     config["mtp_feedback_hidden"] = request.param
     (folder / "config.json").write_text(json.dumps(config, indent=2))

@@ -7,7 +7,8 @@ starts with the line ``<!-- page N -->``; a page that failed is replaced by
 ``<!-- page N: not converted: REASON -->``. Outputs are written to a temporary file and renamed, so an
 interrupted run leaves finished files and no half-written ones. The exit status is 0 when every page
 of every input converted, 1 when some input or page failed (each reported on stderr), 2 for a usage
-error such as a malformed ``--pages``.
+error such as a malformed ``--pages``, an unusable ``-o``, a ``--model`` that is not a jina-ocr model
+folder or a ``--device`` the machine lacks, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from jina_ocr.documents import (
     DEFAULT_MAX_PIXELS,
     DocumentError,
     PageSelection,
+    PasswordError,
     find_documents,
     open_document,
 )
@@ -141,9 +143,29 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _check_output_folder(folder: Path) -> None:
+    """``-o`` must be a folder that can be written, or one that can be made: checked before anything
+    loads, because the first write comes only after the model has loaded and converted a document."""
+    existing = folder.absolute()
+    while not existing.exists():  # Path.exists is False below a file too
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == folder.absolute() else f"lies under {existing}, which is a file"
+        raise UserError(f"-o {folder}: {where}, not a folder")
+    try:  # a real write, which also sees read-only file systems and ACLs; it leaves nothing behind
+        os.rmdir(tempfile.mkdtemp(prefix=".jina-ocr-probe-", dir=existing))
+    except OSError as error:
+        raise UserError(f"-o {folder}: cannot write in {existing} ({error.strerror})") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    selection = PageSelection.parse(args.pages) if args.pages else None
+    from jina_ocr.conversion import resolve_device
+
+    selection = PageSelection.parse(args.pages) if args.pages is not None else None
     suffix = ".md" if args.format == "md" else ".json"
+    if args.output is not None:
+        _check_output_folder(args.output)
+    resolve_device(args.device)  # a device this machine lacks is a usage error, before any work
     paths = _expand(args.inputs)
     if args.output is not None:
         _check_output_names(paths, suffix)
@@ -161,24 +183,31 @@ def run(args: argparse.Namespace) -> int:
                 path, password=args.password, dpi=args.dpi, max_pixels=args.max_pixels
             ) as document:
                 jobs.append((path, document.select(selection)))
+        except PasswordError as error:
+            _report(f"error: {error}" + ("" if args.password else "; pass it with --password"))
+            failed = True
         except DocumentError as error:
             _report(f"error: {error}")
             failed = True
     if not jobs:
         return 1
 
-    converter = Converter.from_pretrained(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        use_mtp=False if args.no_mtp else None,
-        prompt=args.prompt,
-        dpi=args.dpi,
-        mode=args.mode,
-        max_pixels=args.max_pixels,
-    )
+    try:
+        converter = Converter.from_pretrained(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            use_mtp=False if args.no_mtp else None,
+            prompt=args.prompt,
+            dpi=args.dpi,
+            mode=args.mode,
+            max_pixels=args.max_pixels,
+        )
+    except KeyboardInterrupt:
+        _report("interrupted while loading the model; nothing was written")
+        return 130
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
     try:

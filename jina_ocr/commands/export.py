@@ -26,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="with --random: the weights' seed")
     parser.add_argument("--no-weights", action="store_true", help="write config, code and processor only")
+    parser.add_argument(
+        "--mtp",
+        choices=("on", "off"),
+        help="FastMTP drafting by default in generation_config.json (default: off with --random, whose "
+        "random head drafts nothing useful; with --from, on when the checkpoint has a head)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the folder if it is not empty")
 
 
@@ -36,16 +42,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
         raise UserError(f"{args.out} exists and is not empty; pass --overwrite to replace it")
+    use_mtp = None if args.mtp is None else args.mtp == "on"
     if args.random:
         out = export_random(
-            args.out, preset=args.preset, seed=args.seed, weights=not args.no_weights, overwrite=True
+            args.out,
+            preset=args.preset,
+            seed=args.seed,
+            weights=not args.no_weights,
+            overwrite=True,
+            mtp=bool(use_mtp),
         )
     else:
         source = load_source(args.source, weights=not args.no_weights)
         for note in source.notes:
             print(note)
         out = export_folder(
-            args.out, config=source.config, model=source.model, tokenizer=source.tokenizer, overwrite=True
+            args.out,
+            config=source.config,
+            model=source.model,
+            tokenizer=source.tokenizer,
+            overwrite=True,
+            use_mtp=use_mtp,
         )
     print(f"wrote {out}")
     return 0

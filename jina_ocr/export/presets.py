@@ -37,7 +37,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 8,
         "n_shared_experts": 2,
         "num_experts_per_tok": 2,
-        "max_position_embeddings": 4096,
+        # The longest prompt (1263 placeholders of a 1x9 Gundam grid plus the byte-level request text)
+        # and the default max_new_tokens (4096) must fit, or generate warns that the limit is exceeded.
+        "max_position_embeddings": 8192,
     },
     "full": {},
 }
@@ -59,8 +61,12 @@ def export_random(
     weights: bool = True,
     dtype: torch.dtype | None = None,
     overwrite: bool = False,
+    mtp: bool = False,
 ) -> Path:
     """Write a random-weight Hub folder for ``preset`` and return its path.
+
+    FastMTP is off in its ``generation_config.json`` unless ``mtp`` is set: a random head's drafts are
+    almost never accepted, so drafting would only slow decoding down. Tests of drafting set it.
 
     The tiny preset ships the small test tokenizer and the processor, and its vocabulary and special
     token ids come from that tokenizer. The full preset has the real vocabulary, whose tokenizer is
@@ -99,5 +105,5 @@ def export_random(
         ),
     }
     return export_folder(
-        out_dir, config=config, model=model, tokenizer=tokenizer, overwrite=overwrite, **card
+        out_dir, config=config, model=model, tokenizer=tokenizer, overwrite=overwrite, use_mtp=mtp, **card
     )

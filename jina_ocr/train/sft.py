@@ -197,6 +197,40 @@ def _parameter_groups(model, glyph_head, options: SFTOptions):
     ]
 
 
+def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
+    """AdamW over :func:`_parameter_groups`; :func:`train_step` sets each group's rate from its peak."""
+    return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
+
+
+def supervised_losses(model, glyph_head, probes, batch: dict, options: SFTOptions, autocast):
+    """The weighted loss of a batch on the model's device, and its parts: the next-token loss plus the
+    glyph and alignment losses of :mod:`jina_ocr.train.supervision`, read through ``probes``."""
+    token_cells = batch.pop("token_cells")
+    cell_glyphs = batch.pop("cell_glyphs")
+    probes.clear()
+    with autocast:
+        lm = model(**batch).loss
+    glyph, glyph_stats = glyph_loss(glyph_head(probes.visual_tokens), cell_glyphs, glyph_head.empty)
+    align, align_stats = alignment_loss(probes.log_attention, token_cells)
+    total = lm + options.glyph_weight * glyph + options.align_weight * align
+    parts = {"lm": lm.item(), "glyph": glyph.item(), "align": align.item(), **glyph_stats, **align_stats}
+    return total, parts
+
+
+def train_step(
+    model, glyph_head, probes, batch: dict, optimizer, lr_factor: float, options, autocast
+) -> dict:
+    """One update at ``lr_factor`` of each group's peak rate; returns the batch's loss parts before it."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["peak_lr"] * lr_factor
+    loss, parts = supervised_losses(model, glyph_head, probes, batch, options, autocast)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([*model.parameters(), *glyph_head.parameters()], options.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return parts
+
+
 def _log(out: Path, record: dict) -> None:
     with open(out / "log.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -271,26 +305,14 @@ class _Trainer:
 
     def losses(self, batch: dict) -> tuple[torch.Tensor, dict]:
         """The weighted loss of a batch (already on the device) and its parts."""
-        token_cells = batch.pop("token_cells")
-        cell_glyphs = batch.pop("cell_glyphs")
-        self.probes.clear()
-        with self.autocast:
-            lm = self.model(**batch).loss
-        glyph, glyph_stats = glyph_loss(
-            self.glyph_head(self.probes.visual_tokens), cell_glyphs, self.glyph_head.empty
-        )
-        align, align_stats = alignment_loss(self.probes.log_attention, token_cells)
-        total = lm + self.options.glyph_weight * glyph + self.options.align_weight * align
-        parts = {"lm": lm.item(), "glyph": glyph.item(), "align": align.item(), **glyph_stats, **align_stats}
-        return total, parts
+        return supervised_losses(self.model, self.glyph_head, self.probes, batch, self.options, self.autocast)
 
-    def set_learning_rate(self) -> float:
+    def learning_rate_factor(self) -> float:
+        """The schedule's factor at this step; a run resumed from model files ramps up again."""
         factor = learning_rate_factor(self.progress.step, self.options)
         if self.rewarm_from is not None:
             factor *= min(1.0, (self.progress.step - self.rewarm_from + 1) / REWARM_STEPS)
-        for group in self.optimizer.param_groups:
-            group["lr"] = group["peak_lr"] * factor
-        return self.options.lr * factor
+        return factor
 
     def save_checkpoint(self) -> None:
         self.settings["steps_trained"] = self.progress.step
@@ -404,14 +426,19 @@ class _Trainer:
         while progress.step < options.steps:
             for batch in self.loader():
                 indices = batch.pop("indices")
-                lr = self.set_learning_rate()
-                loss, parts = self.losses({key: value.to(self.device) for key, value in batch.items()})
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(
-                    [*self.model.parameters(), *self.glyph_head.parameters()], options.grad_clip
+                factor = self.learning_rate_factor()
+                batch = {key: value.to(self.device) for key, value in batch.items()}
+                parts = train_step(
+                    self.model,
+                    self.glyph_head,
+                    self.probes,
+                    batch,
+                    self.optimizer,
+                    factor,
+                    options,
+                    self.autocast,
                 )
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                lr = options.lr * factor
                 progress.step += 1
                 if progress.step == vision_warmup and not options.freeze_vision:
                     set_vision_trainable(self.model, True)

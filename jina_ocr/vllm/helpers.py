@@ -1,7 +1,7 @@
 """Arguments for ``vllm.LLM``, OCR sampling parameters and FastMTP statistics read back from vLLM.
 
 The defaults come from the exported folder itself (``config.json`` for the FastMTP depth,
-``generation_config.json`` for the loop guard and the output budget), so vLLM decodes with the same
+``generation_config.json`` for FastMTP on or off, the loop guard and the output budget), so vLLM decodes with the same
 settings as ``model.generate`` in Transformers.
 """
 
@@ -46,19 +46,21 @@ def vllm_llm_kwargs(
 ) -> dict[str, Any]:
     """Keyword arguments for ``vllm.LLM`` serving an exported jina-ocr folder.
 
-    FastMTP drafting is on when the checkpoint has a head, with the config's depth K unless
-    ``num_speculative_tokens`` says otherwise (0 turns it off). vLLM 0.32 refuses custom logits
+    FastMTP drafting is on when the checkpoint has a head and its ``generation_config.json`` does not
+    turn FastMTP off (``use_mtp``: random-weight exports do), with the config's depth K, unless
+    ``num_speculative_tokens`` says otherwise (0 turns it off, K drafts K tokens). vLLM 0.32 refuses custom logits
     processors together with speculative decoding, so the loop-guard processor is installed only when
     drafting is off; it then acts on requests whose sampling parameters ask for it
     (``ocr_sampling_params``). ``overrides`` win (``tensor_parallel_size``, ``max_model_len``, ...).
     """
     config = _read_json(model, "config.json")
     kwargs: dict[str, Any] = {"model": str(model), "limit_mm_per_prompt": {"image": 1}}
-    depth = (
-        config.get("mtp_num_speculative_steps", 3)
-        if num_speculative_tokens is None
-        else num_speculative_tokens
-    )
+    if num_speculative_tokens is not None:
+        depth = num_speculative_tokens
+    elif _read_json(model, "generation_config.json").get("use_mtp", True):
+        depth = config.get("mtp_num_speculative_steps", 3)
+    else:
+        depth = 0
     if config.get("num_nextn_predict_layers", 0) and depth:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": depth}
     else:

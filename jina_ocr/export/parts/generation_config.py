@@ -1,5 +1,5 @@
-"""``generation_config.json``: greedy, 4096 new tokens, FastMTP on when the checkpoint has a head, and
-the loop guard on (SPEC sections 5 and 6).
+"""``generation_config.json``: greedy, 4096 new tokens, FastMTP on when the checkpoint has a head (the
+export's ``use_mtp`` option may say otherwise), and the loop guard on (SPEC sections 5 and 6).
 
 ``save_pretrained`` of the weights part writes a generation config derived from the model config
 (``"_from_model_config": true``), and on load such a file silently drops custom keys; this part
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from transformers import GenerationConfig
 
+from jina_ocr.errors import UserError
 from jina_ocr.export.registry import ExportContext, contribution
 from jina_ocr.remote_code.generation.settings import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -34,7 +35,13 @@ def exempt_token_ids(config, tokenizer) -> list[int]:
     return list(REAL_EXEMPT_TOKEN_IDS) if config.vocab_size == REAL_VOCAB_SIZE else []
 
 
-def build_generation_config(config, tokenizer=None) -> GenerationConfig:
+def build_generation_config(config, tokenizer=None, use_mtp: bool | None = None) -> GenerationConfig:
+    """The folder's decoding defaults; ``use_mtp`` None means FastMTP on exactly when there is a head."""
+    head = bool(config.num_nextn_predict_layers)
+    if use_mtp is None:
+        use_mtp = head
+    if use_mtp and not head:
+        raise UserError("FastMTP cannot be turned on: the checkpoint has no FastMTP head")
     return GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
@@ -42,7 +49,7 @@ def build_generation_config(config, tokenizer=None) -> GenerationConfig:
         do_sample=False,
         num_beams=1,
         max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
-        use_mtp=bool(config.num_nextn_predict_layers),
+        use_mtp=use_mtp,
         **{
             STEPS_KEY: config.mtp_num_speculative_steps,
             LOOP_GUARD_NGRAM_KEY: LOOP_GUARD_NGRAM_SIZE,
@@ -54,4 +61,5 @@ def build_generation_config(config, tokenizer=None) -> GenerationConfig:
 
 @contribution("generation_config", order=50)
 def write_generation_config(ctx: ExportContext) -> None:
-    build_generation_config(ctx.config, ctx.tokenizer).save_pretrained(ctx.out_dir)
+    use_mtp = ctx.options.get("use_mtp")
+    build_generation_config(ctx.config, ctx.tokenizer, use_mtp).save_pretrained(ctx.out_dir)
