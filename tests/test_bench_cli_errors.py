@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pymupdf
 import pytest
@@ -119,3 +120,24 @@ def test_without_rendering_math_references_are_listed_as_unchecked(tmp_path, cap
     code, out, err = run_bench(capsys, "--tests", tests, "--outputs", tmp_path / "out", "--no-render")
     assert code == 0 and "overall" in out
     assert "unchecked" in err and "broken_ref" in err
+
+
+def test_a_katex_release_other_than_the_benchmarks_is_named(tmp_path, capsys, monkeypatch):
+    renderer = katex.default_renderer()
+    if renderer is None:
+        pytest.skip("needs chromium and the katex npm package (.ci/deps/bench.sh installs both)")
+    other = tmp_path / "katex"
+    shutil.copytree(renderer.katex_dir, other / "dist")
+    (other / "package.json").write_text(json.dumps({"name": "katex", "version": "0.16.47"}))
+    monkeypatch.setenv("JINA_OCR_KATEX", str(other / "dist"))
+    katex.default_renderer.cache_clear()
+    tests = write_tests(tmp_path / "t.jsonl", present("a", "hello"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "doc_pg1_repeat1.md").write_text("hello")
+    code, _, err = run_bench(capsys, "--tests", tests, "--outputs", tmp_path / "out")
+    assert code == 0
+    assert "KaTeX 0.16.47" in err and "0.16.21" in err
+    if katex.katex_version(renderer.katex_dir) == katex.BENCHMARK_KATEX:
+        monkeypatch.setenv("JINA_OCR_KATEX", str(renderer.katex_dir))
+        katex.default_renderer.cache_clear()
+        assert run_bench(capsys, "--tests", tests, "--outputs", tmp_path / "out")[2] == ""

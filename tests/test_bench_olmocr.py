@@ -212,11 +212,6 @@ def test_table_cell_fuzzy_threshold_and_missing_tables():
     assert not run_test(t("table", cell="DCLM", ignore_markdown_tables=True), MD_TABLE)[0]
 
 
-def test_unclosed_html_cells_still_parse():
-    page = "<table><tr><td>a<td>b<tr><td>c<td>d</table>"
-    assert run_test(t("table", cell="d", up="b", left="c"), page)[0]
-
-
 # --- math ---------------------------------------------------------------------------------------
 
 MATH_PAGE = r"""Euler: $e^{i\pi} + 1 = 0$ and

@@ -190,3 +190,6 @@ def test_baselines_one_per_pdf_on_page_1_as_the_benchmark_adds_them(tmp_path):
     ]
     # 40 trailing newlines collapse to one space: no loop, as the benchmark counts it.
     assert all(r.passed for r in per_page)
+    # A baseline test of the file on any page of the PDF means none is added.
+    own = {"pdf": "book.pdf", "page": 2, "id": "own", "type": "baseline", "_category": "cat"}
+    assert [r.id for r in score_outputs([*tests, own], tmp_path).results] == ["a", "b", "own"]

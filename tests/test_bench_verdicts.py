@@ -36,6 +36,8 @@ SPAN_FIRST = (
     '<table><tr><th colspan="2">Name</th><th>Total</th></tr><tr><td>x</td><td>y</td><td>z</td></tr></table>'
 )
 PIPES = "| A | B |\n|---|---|\n| 1 | 2 |"
+NESTED = "<table><tr><td>outer<table><tr><td>inner</td></tr></table></td><td>o2</td></tr></table>"
+UNCLOSED = "<table><tr><td>a<td>b<tr><td>c<td>d</table>"  # each cell nests in the one before it
 # (what the case shows, the test, the candidate page, olmocr 0.4.27's verdict). Each verdict was
 # recorded by running olmocr's own test classes on the case (benchmarks/olmocr_agreement.py does it
 # again and compares); none is our reading of its rules.
@@ -58,6 +60,12 @@ CASES = [
         FULL_WIDTH_SPAN,
         True,
     ),
+    (
+        "a spanning heading also heads the columns after its span",
+        t("table", cell="c", top_heading="Year"),
+        '<table><tr><th colspan="2">Year</th><th>Total</th></tr><tr><td>a</td><td>b</td><td>c</td></tr></table>',
+        True,
+    ),
     ("up check skipped on the top edge", t("table", cell="A", up="Z"), PIPES, True),
     ("right check skipped on the right edge", t("table", cell="2", right="Z"), PIPES, True),
     ("left check inside the table still applies", t("table", cell="2", left="Z"), PIPES, False),
@@ -75,6 +83,66 @@ CASES = [
         "a page of one space contains any spaced query",
         t("present", text="a long phrase with spaces"),
         "\n",
+        True,
+    ),
+    (
+        "a nested table's cells also count in the outer table's row",
+        t("table", cell="o2", left="inner"),
+        NESTED,
+        True,
+    ),
+    (
+        "unclosed cells nest: the last cell's text is alone at the row's end",
+        t("table", cell="d", up="b"),
+        UNCLOSED,
+        True,
+    ),
+    (
+        "unclosed cells nest: the cell before holds both texts",
+        t("table", cell="d", left="c"),
+        UNCLOSED,
+        False,
+    ),
+    (
+        "an escaped pipe still splits a Markdown row",
+        t("table", cell="b", right="c"),
+        "| a | b \\| c |\n|---|---|\n| 1 | 2 |",
+        False,
+    ),
+    (
+        "a rowspan heading heads the rows it spans",
+        t("table", cell="5", left_heading="Group"),
+        "<table><tr><th rowspan=2>Group</th><td>4</td></tr><tr><td>5</td></tr></table>",
+        True,
+    ),
+    (
+        "thead rows are heading rows",
+        t("table", cell="v", top_heading="K"),
+        "<table><thead><tr><td>K</td><td>L</td></tr></thead><tr><td>v</td><td>w</td></tr></table>",
+        True,
+    ),
+    (
+        "emphasis inside cells is normalised away",
+        t("table", cell="Total", right="5"),
+        "<table><tr><td>**Total**</td><td>*5*</td></tr></table>",
+        True,
+    ),
+    (
+        "image alt text skipped for the blank-page length",
+        t("baseline", max_length=5, max_length_skips_image_alt_tags=True),
+        "![alt text here](x.png)",
+        True,
+    ),
+    (
+        "image alt text counted for the blank-page length",
+        t("baseline", max_length=5),
+        "![alt text here](x.png)",
+        False,
+    ),
+    (
+        "an equation number does not stop a rendered match",
+        t("math", math="e^{i \\pi}+1=0"),
+        "$$e^{i\\pi}+1=0 \\quad (3)$$",
         True,
     ),
     ("script letter renders alike in fall-back fonts", t("math", math=r"\mathscr{I}_{i}"), "$I_{i}$", True),

@@ -36,6 +36,8 @@ from pathlib import Path
 
 from jina_ocr.errors import UserError
 
+# The KaTeX release olmOCR-Bench (olmocr 0.4.27) bundles; .ci/deps/bench.sh installs this one.
+BENCHMARK_KATEX = "0.16.21"
 _BATCH = 200
 _ALIGN_TOLERANCE = 5.0
 _SEARCH_BUDGET = 200_000
@@ -85,6 +87,14 @@ def find_katex() -> Path | None:
         if (folder / "katex.min.js").is_file() and (folder / "katex.min.css").is_file():
             return folder
     return None
+
+
+def katex_version(katex_dir: Path) -> str | None:
+    """The release of the KaTeX in ``katex_dir`` (from the npm package.json beside ``dist/``), if known."""
+    try:
+        return json.loads((Path(katex_dir).parent / "package.json").read_text(encoding="utf-8"))["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 _PAGE = """<!DOCTYPE html>

@@ -359,6 +359,21 @@ def _heading_matches(expected: str, need: float, first: list[str], fallback: lis
     return best[0] >= need, best[1]
 
 
+def _headings(table: BenchTable, r: int, c: int, vertical: bool) -> tuple[list[str], list[str]]:
+    """A cell's heading candidates, then its fall-back cells: for the top heading the column's headings
+    and the non-empty heading-row cells above it, else every non-empty cell above (leftwards alike)."""
+    if vertical:
+        line, headings, marked = (
+            [row[c] for row in table.rows[:r]],
+            table.col_headers.get(c, []),
+            table.header_rows,
+        )
+    else:
+        line, headings, marked = table.rows[r][:c], table.row_headers.get(r, []), table.header_cols
+    filled = [(k, text) for k, text in enumerate(line) if text.strip()]
+    return headings + [text for k, text in filled if k in marked], [text for _, text in filled]
+
+
 def _table_cell_problems(table: BenchTable, r: int, c: int, test: dict, max_diffs: int) -> list[str]:
     """Why the cell at slot (r, c) does not satisfy the test's neighbour and heading fields."""
     rows = table.rows
@@ -371,24 +386,15 @@ def _table_cell_problems(table: BenchTable, r: int, c: int, test: dict, max_diff
         ratio = _ratio(expected, other)
         if ratio < max(0.5, _threshold(max_diffs, expected)):
             problems.append(f"{name} of the cell is {other!r}, expected {expected!r} (ratio {ratio:.2f})")
-    top = normalize_text(test.get("top_heading") or "")
-    if top:
-        header_rows = [rows[i][c] for i in sorted(table.header_rows) if i < r and rows[i][c].strip()]
-        above = [rows[i][c] for i in range(r) if rows[i][c].strip()]
+    for name, vertical in (("top_heading", True), ("left_heading", False)):
+        expected = normalize_text(test.get(name) or "")
+        if not expected:
+            continue
         ok, seen = _heading_matches(
-            top, max(0.5, _threshold(max_diffs, top)), table.col_headers.get(c, []) + header_rows, above
+            expected, max(0.5, _threshold(max_diffs, expected)), *_headings(table, r, c, vertical)
         )
         if not ok:
-            problems.append(f"top heading {seen!r}, expected {top!r}" if seen else "no top heading found")
-    left = normalize_text(test.get("left_heading") or "")
-    if left:
-        header_cols = [rows[r][j] for j in sorted(table.header_cols) if j < c and rows[r][j].strip()]
-        before = [rows[r][j] for j in range(c) if rows[r][j].strip()]
-        ok, seen = _heading_matches(
-            left, max(0.5, _threshold(max_diffs, left)), table.row_headers.get(r, []) + header_cols, before
-        )
-        if not ok:
-            problems.append(f"left heading {seen!r}, expected {left!r}" if seen else "no left heading found")
+            problems.append(f"{name} {seen!r}, expected {expected!r}" if seen else f"no {name} found")
     return problems
 
 

@@ -57,8 +57,9 @@ class Node:
 
 
 class _TreeBuilder(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, implied_ends: bool) -> None:
         super().__init__(convert_charrefs=True)
+        self.implied_ends = implied_ends
         self.root = Node("")
         self.root.text_parts.append("")
         self.stack = [self.root]
@@ -68,7 +69,7 @@ class _TreeBuilder(HTMLParser):
         node.text_parts[-1] += text
 
     def handle_starttag(self, tag, attrs):
-        if tag in _IMPLIED_END:
+        if self.implied_ends and tag in _IMPLIED_END:
             # A new cell ends an open cell of the same row; a new row ends the open row. Never
             # reach across a row (for cells) or a table (for rows) boundary.
             barrier = {"table", "tr"} if tag != "tr" else {"table"}
@@ -105,9 +106,14 @@ class _TreeBuilder(HTMLParser):
         self._append_text(data)
 
 
-def parse_html(markup: str) -> Node:
-    """Parse HTML (or Markdown with embedded HTML) into a :class:`Node` tree rooted at tag ``""``."""
-    builder = _TreeBuilder()
+def parse_html(markup: str, implied_ends: bool = True) -> Node:
+    """Parse HTML (or Markdown with embedded HTML) into a :class:`Node` tree rooted at tag ``""``.
+
+    With ``implied_ends`` a new cell closes an open cell and a new row an open row, as browsers
+    read HTML. Without, an unclosed ``<td>`` holds everything up to its end tag (the cells after it
+    nest inside it), which is how olmOCR-Bench's parser (BeautifulSoup's ``html.parser``) reads it.
+    """
+    builder = _TreeBuilder(implied_ends)
     builder.feed(markup)
     builder.close()
     return builder.root
@@ -326,7 +332,8 @@ def bench_tables(markdown: str, include_markdown: bool = True) -> list[BenchTabl
     """Every table of the output as olmOCR-Bench's table test reads it: pipe tables, then HTML tables."""
     tables = markdown_bench_tables(markdown) if include_markdown else []
     if "<table" in markdown.lower():
-        tables.extend(t for t in map(html_bench_table, parse_html(markdown).iter("table")) if t is not None)
+        root = parse_html(markdown, implied_ends=False)
+        tables.extend(t for t in map(html_bench_table, root.iter("table")) if t is not None)
     return tables
 
 

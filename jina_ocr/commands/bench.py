@@ -203,6 +203,12 @@ def _unit_tests(args) -> dict:
                 + ", ".join(score.math_fallback),
                 file=sys.stderr,
             )
+    if renderer is not None and (version := katex.katex_version(renderer.katex_dir)) != katex.BENCHMARK_KATEX:
+        print(
+            f"warning: KaTeX {version or '(unknown release)'} in {renderer.katex_dir}; olmOCR-Bench renders "
+            f"with {katex.BENCHMARK_KATEX} (.ci/deps/bench.sh installs it), so math verdicts may differ",
+            file=sys.stderr,
+        )
     report = scores[next(iter(scores))].to_report() if args.outputs is not None else {}
     if peer_scores:
         report["peers"] = {name: score.to_report() for name, score in peer_scores.items()}
