@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pymupdf
 import pytest
 from PIL import Image
@@ -121,3 +123,27 @@ def test_pymupdf4llm_reads_the_text_layer_and_nothing_else(tmp_path):
     folder = peers.run_peer("pymupdf4llm", tests, pdfs, tmp_path / "out")
     score = score_outputs(tests, folder, renderer=None, baselines="none")
     assert [r.passed for r in score.results] == [True, False]
+
+
+def test_cli_peers_print_seconds_per_page(tmp_path, capsys):
+    reason = peers.unavailable("pymupdf4llm")
+    if reason:
+        pytest.skip(reason)
+    from jina_ocr.cli import main
+
+    with pymupdf.open() as doc:
+        for text in ("First page text.", "Second page text."):
+            doc.new_page(width=300, height=200).insert_text((20, 60), text, fontsize=14)
+        doc.save(tmp_path / "two.pdf")
+    rows = [
+        {"pdf": "two.pdf", "page": page, "id": f"p{page}", "type": "present", "text": text}
+        for page, text in ((1, "First page text."), (2, "Second page text."))
+    ]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["bench", "--tests", str(tmp_path / "t.jsonl"), "--peers", "pymupdf4llm", "--no-render"]) == 0
+    out = capsys.readouterr().out
+    assert "pymupdf4llm" in out.splitlines()[0]
+    (timing,) = [line for line in out.splitlines() if line.startswith("seconds per page:")]
+    assert float(timing.split("pymupdf4llm")[1]) >= 0
+    # Both pages read from the text layer, plus the one baseline the benchmark adds for the PDF.
+    assert "type present       100.0 (2/2)" in out and "category baseline  100.0 (1/1)" in out
