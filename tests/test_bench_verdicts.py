@@ -145,6 +145,18 @@ CASES = [
         "$$e^{i\\pi}+1=0 \\quad (3)$$",
         True,
     ),
+    (
+        "ignore_dollar_delimited reads no $ equations",
+        t("math", math="x^{2}", ignore_dollar_delimited=True),
+        "We have $x^2$ here",
+        False,
+    ),
+    (
+        "ignore_dollar_delimited still reads \\( \\) equations",
+        t("math", math="x^{2}", ignore_dollar_delimited=True),
+        "We have \\(x^2\\) here",
+        True,
+    ),
     ("script letter renders alike in fall-back fonts", t("math", math=r"\mathscr{I}_{i}"), "$I_{i}$", True),
     ("double-struck letter with both scripts", t("math", math=r"\mathbb{J}_{i}^{2}"), "$J_{i}^{2}$", False),
 ]

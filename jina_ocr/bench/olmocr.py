@@ -555,7 +555,7 @@ def _footnote(test: dict, markdown: str) -> tuple[bool, str]:
 
 def _math(test: dict, markdown: str, renderer) -> tuple[bool, str, str]:
     reference = test["math"].strip()
-    equations = latex.extract_equations(markdown)
+    equations = latex.extract_equations(markdown, dollars=not test.get("ignore_dollar_delimited", False))
     if any(equation == reference for equation in equations):
         return True, "", "exact"
     # Try the most similar equations first: rendering is the expensive part.

@@ -170,7 +170,9 @@ def score_outputs(
             if test["type"] == "math":
                 wanted.append(test["math"].strip())
                 for text in pages[(test["pdf"], test.get("page", 1))]:
-                    wanted.extend(latex.extract_equations(text))
+                    wanted.extend(
+                        latex.extract_equations(text, not test.get("ignore_dollar_delimited", False))
+                    )
         renderer.render_many(wanted)
     results = []
     for test in tests:
