@@ -90,6 +90,19 @@ def test_bootstrap_interval_is_deterministic_and_brackets_the_mean(tmp_path):
     assert low == pytest.approx(2 / 3 - 0.169, abs=0.04) and high == pytest.approx(2 / 3 + 0.169, abs=0.04)
 
 
+def test_bootstrap_is_stratified_by_category_as_the_benchmark_does(tmp_path):
+    # olmOCR-Bench resamples each JSONL file's tests on their own and averages the file means. With
+    # category a = [pass, fail] and b = eight passes, a replicate's score is (mean_a + 1) / 2 with
+    # mean_a 0, 1/2 or 1 (probabilities 1/4, 1/2, 1/4): the 95 % interval is exactly [0.5, 1.0].
+    # Resampling all ten tests together would put the lower bound near 0.7 instead.
+    tests = [present("a1", "yes", category="a"), present("a2", "no", category="a")]
+    tests += [present(f"b{i}", "yes", category="b") for i in range(8)]
+    write(tmp_path, "doc_pg1_repeat1.md", "yes")
+    score = score_outputs(tests, tmp_path, baselines="none")
+    assert score.overall == 0.75
+    assert bootstrap_interval(score.results, samples=4000, seed=3) == (0.5, 1.0)
+
+
 def test_cli_report_and_fallback_listing(tmp_path, capsys):
     tests_dir = tmp_path / "bench"
     tests_dir.mkdir()
