@@ -1,7 +1,7 @@
-"""Reference points: Tesseract and RapidOCR scored on the olmOCR-Bench fixture PDFs.
+"""Reference points: Tesseract, RapidOCR and pymupdf4llm scored on the olmOCR-Bench fixture PDFs.
 
-OCRs the five fixture pages with both engines (200 dpi renderings) and scores them with the
-fixture's olmOCR-Bench tests exactly as ``jina-ocr bench --peers`` does, printing pass rates per
+Reads the five fixture pages with each engine (renderings of about 2,000 px for the OCR engines)
+and scores them with the fixture's olmOCR-Bench tests exactly as ``jina-ocr bench --peers`` does, printing pass rates per
 category and test type, the overall mean with its bootstrap interval, and the time per engine.
 
     python benchmarks/peers.py [--keep OUTPUT_DIR] [--report REPORT.json]

@@ -62,7 +62,7 @@ def test_math_test_uses_renderer_and_scorer_reports_method(rendered, tmp_path):
     passed, _, method = evaluate(test, r"Half is $\frac12$.", renderer=renderer)
     assert passed and method == "katex"
     (tmp_path / "m_pg1_repeat1.md").write_text(r"Half is $\frac12$.")
-    score = score_outputs([test], tmp_path, renderer=renderer, add_baselines=False)
+    score = score_outputs([test], tmp_path, renderer=renderer, baselines="none")
     assert score.results[0].passed and score.math_fallback == []
 
 

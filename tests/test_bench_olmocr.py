@@ -42,9 +42,18 @@ def test_normalize_text(raw, expected):
     assert normalize_text(raw) == expected
 
 
-def test_emphasis_does_not_span_lines():
-    # A lone "*" on one line and another on the next are list bullets, not italics.
-    assert normalize_text("* one\n* two") == "* one * two"
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # Recorded from olmocr 0.4.27's normalize_text: whitespace is collapsed before emphasis is
+        # removed, so the bullets of two list lines pair up as italics, and bold spans lines.
+        ("* one\n* two", " one  two"),
+        ("**two\nlines**", "two lines"),
+        ("a<BR>b<br />c", "a<BR>b<br />c"),  # only <br> and <br/> are line breaks
+    ],
+)
+def test_normalize_text_reads_markers_as_the_benchmark_does(raw, expected):
+    assert normalize_text(raw) == expected
 
 
 # --- present / absent ---------------------------------------------------------------------------
@@ -76,10 +85,12 @@ def test_present_first_n_and_last_n():
     assert run_test(t("present", text="Footer line", last_n=20), page)[0]
 
 
-def test_present_fails_on_blank_output_instead_of_matching_a_space():
-    # partial_ratio of a long query against " " would be 100: the length guard must catch it.
-    assert not run_test(t("present", text="a long phrase with spaces"), "\n")[0]
-    assert run_test(t("absent", text="a long phrase with spaces"), "\n")[0]
+def test_present_on_blank_output_is_the_benchmarks_verdict():
+    # olmocr 0.4.27: a page of one space (a blank line, normalised) "contains" a query with a space,
+    # an empty page contains nothing; the page's baseline test is what charges a blank page.
+    assert run_test(t("present", text="a long phrase with spaces"), "\n")[0]
+    assert not run_test(t("present", text="a long phrase with spaces"), "")[0]
+    assert not run_test(t("present", text="a long phrase with spaces"), " x")[0]
 
 
 def test_absent():
@@ -199,11 +210,6 @@ def test_table_cell_fuzzy_threshold_and_missing_tables():
     passed, why = run_test(t("table", cell="Revenue"), "No tables on this page.")
     assert not passed and "no tables" in why
     assert not run_test(t("table", cell="DCLM", ignore_markdown_tables=True), MD_TABLE)[0]
-
-
-def test_unclosed_html_cells_still_parse():
-    page = "<table><tr><td>a<td>b<tr><td>c<td>d</table>"
-    assert run_test(t("table", cell="d", up="b", left="c"), page)[0]
 
 
 # --- math ---------------------------------------------------------------------------------------

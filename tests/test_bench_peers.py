@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pymupdf
 import pytest
 from PIL import Image
@@ -10,6 +12,7 @@ from jina_ocr.bench import peers
 from jina_ocr.bench.olmocr import normalize_text
 from jina_ocr.bench.omnidoc import text_edit_distance
 from jina_ocr.bench.scoring import score_outputs
+from jina_ocr.errors import UserError
 
 
 def box(x0, y0, x1, y1, text):
@@ -85,5 +88,62 @@ def test_run_peer_writes_the_benchmark_layout(tmp_path):
     assert (folder / "reports" / "q3_pg1_repeat1.md").is_file()
     score = score_outputs(tests, folder, renderer=None)
     assert all(r.passed for r in score.results), [r.explanation for r in score.results]
-    with pytest.raises(FileNotFoundError, match="missing"):
+    with pytest.raises(UserError, match="missing"):
         peers.run_peer("tesseract", [{**tests[0], "pdf": "absent.pdf"}], pdfs, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("size_pt", "dpi"),
+    [
+        ((612, 792), 2000 / 11),  # US Letter: 11 inches tall, 2,000 px
+        ((200, 300), 300),  # a small page would need 480 dpi: clamped to 300
+        ((2000, 3000), 72),  # a poster would need 48 dpi: clamped to 72
+    ],
+)
+def test_pages_render_near_2000_px_within_72_to_300_dpi(size_pt, dpi):
+    assert peers.page_dpi(*size_pt) == pytest.approx(dpi)
+
+
+def test_pymupdf4llm_reads_the_text_layer_and_nothing_else(tmp_path):
+    reason = peers.unavailable("pymupdf4llm")
+    if reason:
+        pytest.skip(reason)
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    with pymupdf.open() as doc:
+        doc.new_page(width=360, height=160).insert_text((20, 50), "Quarterly Report", fontsize=22)
+        scan = doc.new_page(width=360, height=160)  # the same words as an image: no text layer
+        pix = doc[0].get_pixmap(dpi=150)
+        scan.insert_image(scan.rect, pixmap=pix)
+        doc.save(pdfs / "q.pdf")
+    tests = [
+        {"pdf": "q.pdf", "page": page, "id": f"p{page}", "type": "present", "text": "Quarterly Report"}
+        for page in (1, 2)
+    ]
+    folder = peers.run_peer("pymupdf4llm", tests, pdfs, tmp_path / "out")
+    score = score_outputs(tests, folder, renderer=None, baselines="none")
+    assert [r.passed for r in score.results] == [True, False]
+
+
+def test_cli_peers_print_seconds_per_page(tmp_path, capsys):
+    reason = peers.unavailable("pymupdf4llm")
+    if reason:
+        pytest.skip(reason)
+    from jina_ocr.cli import main
+
+    with pymupdf.open() as doc:
+        for text in ("First page text.", "Second page text."):
+            doc.new_page(width=300, height=200).insert_text((20, 60), text, fontsize=14)
+        doc.save(tmp_path / "two.pdf")
+    rows = [
+        {"pdf": "two.pdf", "page": page, "id": f"p{page}", "type": "present", "text": text}
+        for page, text in ((1, "First page text."), (2, "Second page text."))
+    ]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["bench", "--tests", str(tmp_path / "t.jsonl"), "--peers", "pymupdf4llm", "--no-render"]) == 0
+    out = capsys.readouterr().out
+    assert "pymupdf4llm" in out.splitlines()[0]
+    (timing,) = [line for line in out.splitlines() if line.startswith("seconds per page:")]
+    assert float(timing.split("pymupdf4llm")[1]) >= 0
+    # Both pages read from the text layer, plus the one baseline the benchmark adds for the PDF.
+    assert "type present       100.0 (2/2)" in out and "category baseline  100.0 (1/1)" in out

@@ -25,11 +25,11 @@ def test_majority_of_repeats_decides(tmp_path):
     write(tmp_path, "doc_pg1_repeat1.md", "hello world")
     write(tmp_path, "doc_pg1_repeat2.md", "hello world")
     write(tmp_path, "doc_pg1_repeat3.md", "goodbye")
-    result = score_outputs(tests, tmp_path, add_baselines=False).results[0]
+    result = score_outputs(tests, tmp_path, baselines="none").results[0]
     assert (result.passed, result.repeats, result.repeats_passed) == (True, 3, 2)
     write(tmp_path, "doc_pg1_repeat4.md", "goodbye")
     # Two of four is not more than half.
-    assert score_outputs(tests, tmp_path, add_baselines=False).results[0].passed is False
+    assert score_outputs(tests, tmp_path, baselines="none").results[0].passed is False
 
 
 def test_outputs_mirror_pdf_subfolders_and_pages(tmp_path):
@@ -40,13 +40,13 @@ def test_outputs_mirror_pdf_subfolders_and_pages(tmp_path):
     write(tmp_path, "arxiv/paper_pg1_repeat1.md", "the first page")
     write(tmp_path, "arxiv/paper_pg2_repeat1.md", "the second page")
     write(tmp_path, "paper_pg1_repeat1.md", "wrong folder: ignored")
-    score = score_outputs(tests, tmp_path, add_baselines=False)
+    score = score_outputs(tests, tmp_path, baselines="none")
     assert [r.passed for r in score.results] == [True, True]
     assert score.missing == []
 
 
 def test_missing_outputs_fail_and_are_listed(tmp_path):
-    score = score_outputs([present("a", "x", pdf="gone.pdf")], tmp_path, add_baselines=False)
+    score = score_outputs([present("a", "x", pdf="gone.pdf")], tmp_path, baselines="none")
     assert score.results[0].passed is False
     assert score.results[0].explanation == "no output file for this page"
     assert score.missing == ["gone_pg1_repeat*.md"]
@@ -70,7 +70,7 @@ def test_overall_is_the_mean_of_categories_not_of_tests(tmp_path):
         present("b", "absent text", category="small")
     ]
     write(tmp_path, "doc_pg1_repeat1.md", "yes")
-    score = score_outputs(tests, tmp_path, add_baselines=False)
+    score = score_outputs(tests, tmp_path, baselines="none")
     assert score.categories["big"]["score"] == 1.0 and score.categories["small"]["score"] == 0.0
     assert score.overall == 0.5
     low, high = score.ci
@@ -81,13 +81,26 @@ def test_overall_is_the_mean_of_categories_not_of_tests(tmp_path):
 def test_bootstrap_interval_is_deterministic_and_brackets_the_mean(tmp_path):
     tests = [present(f"t{i}", "yes" if i % 3 else "no", category="c") for i in range(30)]
     write(tmp_path, "doc_pg1_repeat1.md", "yes")
-    score = score_outputs(tests, tmp_path, add_baselines=False)
+    score = score_outputs(tests, tmp_path, baselines="none")
     assert score.ci[0] < score.overall < score.ci[1]
     again = summarize(score.results)
     assert again.ci == score.ci
     # Close to the normal approximation for a pass rate of 2/3 over 30 tests: 2/3 -+ 0.169.
     low, high = bootstrap_interval(score.results, samples=4000, seed=1)
     assert low == pytest.approx(2 / 3 - 0.169, abs=0.04) and high == pytest.approx(2 / 3 + 0.169, abs=0.04)
+
+
+def test_bootstrap_is_stratified_by_category_as_the_benchmark_does(tmp_path):
+    # olmOCR-Bench resamples each JSONL file's tests on their own and averages the file means. With
+    # category a = [pass, fail] and b = eight passes, a replicate's score is (mean_a + 1) / 2 with
+    # mean_a 0, 1/2 or 1 (probabilities 1/4, 1/2, 1/4): the 95 % interval is exactly [0.5, 1.0].
+    # Resampling all ten tests together would put the lower bound near 0.7 instead.
+    tests = [present("a1", "yes", category="a"), present("a2", "no", category="a")]
+    tests += [present(f"b{i}", "yes", category="b") for i in range(8)]
+    write(tmp_path, "doc_pg1_repeat1.md", "yes")
+    score = score_outputs(tests, tmp_path, baselines="none")
+    assert score.overall == 0.75
+    assert bootstrap_interval(score.results, samples=4000, seed=3) == (0.5, 1.0)
 
 
 def test_cli_report_and_fallback_listing(tmp_path, capsys):
@@ -175,3 +188,21 @@ def test_cli_names_the_way_out_when_the_math_renderer_breaks(tmp_path, capsys, m
         assert "--no-render" in capsys.readouterr().err
     finally:
         katex.default_renderer.cache_clear()
+
+
+def test_baselines_one_per_pdf_on_page_1_as_the_benchmark_adds_them(tmp_path):
+    tests = [present("a", "first", pdf="book.pdf", page=1), present("b", "second", pdf="book.pdf", page=2)]
+    write(tmp_path, "book_pg1_repeat1.md", "first")
+    write(tmp_path, "book_pg2_repeat1.md", "second" + "\n" * 40)
+    added = [r for r in score_outputs(tests, tmp_path).results if r.category == "baseline"]
+    assert [(r.id, r.page, r.passed) for r in added] == [("book.pdf_baseline", 1, True)]
+    per_page = score_outputs(tests, tmp_path, baselines="per-page").results
+    assert [(r.id, r.page) for r in per_page if r.category == "baseline"] == [
+        ("book.pdf_pg1_baseline", 1),
+        ("book.pdf_pg2_baseline", 2),
+    ]
+    # 40 trailing newlines collapse to one space: no loop, as the benchmark counts it.
+    assert all(r.passed for r in per_page)
+    # A baseline test of the file on any page of the PDF means none is added.
+    own = {"pdf": "book.pdf", "page": 2, "id": "own", "type": "baseline", "_category": "cat"}
+    assert [r.id for r in score_outputs([*tests, own], tmp_path).results] == ["a", "b", "own"]

@@ -2,45 +2,50 @@
 
 from __future__ import annotations
 
-from jina_ocr.bench.tables import all_grids, markdown_tables, parse_html, split_tables
+from jina_ocr.bench.tables import bench_tables, markdown_tables, parse_html, split_tables
 
 
-def texts(grid, indices):
-    return sorted(grid.cells[i].text for i in indices)
+def test_bench_layout_of_spans():
+    # A colspan takes one slot (the cells after it move left); a rowspan repeats its text below.
+    html = (
+        "<table><tr><td rowspan=2>A</td><td colspan=2>B</td><td>E</td></tr>"
+        "<tr><td>C</td><td>D</td><td>F</td></tr></table>"
+    )
+    (table,) = bench_tables(html)
+    assert table.rows == [["A", "B", "E", ""], ["A", "C", "D", "F"]]
 
 
-def test_rowspan_and_colspan_occupancy():
-    html = "<table><tr><td rowspan=2>A</td><td colspan=2>B</td></tr><tr><td>C</td><td>D</td></tr></table>"
-    (grid,) = all_grids(html)
-    assert grid.occupancy == [[0, 1, 1], [0, 2, 3]]
-    a, b, c, d = range(4)
-    assert texts(grid, grid.right(a)) == ["B", "C"]
-    assert texts(grid, grid.down(b)) == ["C", "D"]
-    assert texts(grid, grid.left(d)) == ["C"]
-    assert texts(grid, grid.up(c)) == ["B"]
-    assert grid.up(a) == set()
+def test_bench_headings_of_th_cells_and_spanning_headings():
+    html = (
+        '<table><tr><th></th><th colspan="2">Year</th></tr>'
+        "<tr><th>Item</th><th>2024</th><th>2023</th></tr>"
+        "<tr><td>Revenue</td><td>10</td><td>20</td></tr></table>"
+    )
+    (table,) = bench_tables(html)
+    assert table.header_rows == {0, 1} and table.header_cols == {0, 1, 2}
+    # The spanning "Year" heads its own columns and every column after them in the data rows.
+    assert table.col_headers[2] == ["Year", "2023"]
+    assert table.row_headers[2] == ["Revenue", "10", "20"]
 
 
-def test_headings_walk_to_th_cells_or_the_table_edge():
-    html = "<table><tr><th>h1</th><th>h2</th></tr><tr><td>x</td><td>y</td></tr><tr><td>z</td><td>w</td></tr></table>"
-    (grid,) = all_grids(html)
-    w = next(i for i, c in enumerate(grid.cells) if c.text == "w")
-    assert texts(grid, grid.top_headings(w)) == ["h2"]
-    # No heading cell to the left: the left edge is the answer.
-    assert texts(grid, grid.left_headings(w)) == ["z"]
+def test_markdown_bench_table_heads_first_row_and_column():
+    (table,) = bench_tables("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 |")
+    assert table.rows == [["a", "b"], ["1", "2"], ["3", ""]]
+    assert table.col_headers == {0: ["a"], 1: ["b"]} and table.row_headers == {1: ["1"], 2: ["3"]}
+    assert bench_tables("| a | b |\n|---|---|", include_markdown=False) == []
 
 
 def test_cell_text_keeps_line_breaks_and_entities():
-    (grid,) = all_grids("<table><tr><td>Old<br>scans &amp; math</td></tr></table>")
-    assert grid.cells[0].text == "Old\nscans & math"
+    (table,) = bench_tables("<table><tr><td>Old<br>scans &amp; math</td></tr></table>")
+    assert table.rows == [["Old\nscans & math"]]
 
 
 def test_nested_tables_are_separate():
     html = "<table><tr><td>outer<table><tr><td>inner</td></tr></table></td><td>o2</td></tr></table>"
-    grids = all_grids(html)
-    assert len(grids) == 2
-    assert [c.text for c in grids[1].cells] == ["inner"]
-    assert [c.text for c in grids[0].cells][1] == "o2"
+    outer, inner = bench_tables(html)
+    assert inner.rows == [["inner"]]
+    # As the benchmark collects them, the outer table's rows include the nested table's cells.
+    assert outer.rows == [["outerinner", "inner", "o2"], ["inner", "", ""]]
 
 
 def test_stray_end_tags_are_ignored():

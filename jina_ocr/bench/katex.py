@@ -9,6 +9,12 @@ same, so the benchmark compares renderings, not strings. An equation passes when
    the same character such that each glyph's nearest neighbour above, below, left and right
    (centres aligned within 5 px, 24 px font) maps to the corresponding neighbour.
 
+KaTeX's stylesheet is inlined into the generated page, as olmOCR-Bench adds it to its page, so the
+font files it names do not load (``document.fonts`` reports them in state ``error``) and glyphs are
+drawn in Chromium's fall-back fonts, whose metrics decide the positions compared in step 2. The
+benchmark bundles KaTeX 0.16.21 and renders this way; ``.ci/deps/bench.sh`` pins that release and
+installs the fonts (DejaVu, Liberation) the fall-back resolves to here, so verdicts match it.
+
 Rendering runs Debian's ``chromium`` headless with ``--dump-dom`` on one generated page holding a
 whole batch of equations, so a run of the scorer costs one browser start per batch, not one per
 equation. KaTeX comes from npm (``.ci/deps/bench.sh`` installs it); ``JINA_OCR_KATEX`` may point
@@ -28,6 +34,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from jina_ocr.errors import UserError
+
+# The KaTeX release olmOCR-Bench (olmocr 0.4.27) bundles; .ci/deps/bench.sh installs this one.
+BENCHMARK_KATEX = "0.16.21"
 _BATCH = 200
 _ALIGN_TOLERANCE = 5.0
 _SEARCH_BUDGET = 200_000
@@ -49,10 +59,16 @@ class Rendering:
 
 
 def find_chromium() -> str | None:
-    """The Chromium binary: ``$JINA_OCR_CHROMIUM``, else the first of the usual names on PATH."""
+    """The Chromium binary: ``$JINA_OCR_CHROMIUM``, else the first of the usual names on PATH.
+
+    A ``JINA_OCR_CHROMIUM`` that names no file is an error, not a quiet fall-back to the LaTeX rule:
+    whoever set it meant math tests to be rendered.
+    """
     configured = os.environ.get("JINA_OCR_CHROMIUM")
     if configured:
-        return configured if Path(configured).exists() else None
+        if not Path(configured).is_file():
+            raise UserError(f"JINA_OCR_CHROMIUM={configured}: no such file")
+        return configured
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         found = shutil.which(name)
         if found:
@@ -73,9 +89,17 @@ def find_katex() -> Path | None:
     return None
 
 
+def katex_version(katex_dir: Path) -> str | None:
+    """The release of the KaTeX in ``katex_dir`` (from the npm package.json beside ``dist/``), if known."""
+    try:
+        return json.loads((Path(katex_dir).parent / "package.json").read_text(encoding="utf-8"))["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 _PAGE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8">
-<link rel="stylesheet" href="{css}">
+<style>{css}</style>
 <script src="{js}"></script>
 <style>body {{ margin: 0; }} .eq {{ font-size: 24px; padding: 40px; }}</style>
 </head><body><div id="result"></div>
@@ -124,24 +148,32 @@ class Renderer:
         self.katex_dir = Path(katex_dir)
         self.timeout = timeout
         self._cache: dict[str, Rendering | None] = {}
+        self._errors: dict[str, str] = {}
 
     def render_many(self, equations: list[str]) -> dict[str, Rendering | None]:
         """Renderings of the equations (None where KaTeX rejects one), rendering only unseen ones."""
         todo = list(dict.fromkeys(eq for eq in equations if eq not in self._cache))
         for start in range(0, len(todo), _BATCH):
             batch = todo[start : start + _BATCH]
-            self._cache.update(zip(batch, self._render_batch(batch), strict=True))
+            for equation, item in zip(batch, self._render_batch(batch), strict=True):
+                self._cache[equation] = _to_rendering(item)
+                if "error" in item:
+                    self._errors[equation] = item["error"]
         return {eq: self._cache[eq] for eq in equations}
+
+    def error(self, equation: str) -> str | None:
+        """KaTeX's message for an equation it refused to render (after rendering it), else None."""
+        return self._errors.get(equation)
 
     def render(self, equation: str) -> Rendering | None:
         return self.render_many([equation])[equation]
 
-    def _render_batch(self, equations: list[str]) -> list[Rendering | None]:
+    def _render_batch(self, equations: list[str]) -> list[dict]:
         with tempfile.TemporaryDirectory(prefix="jina-ocr-katex-") as tmp:
             page = Path(tmp) / "render.html"
             page.write_text(
                 _PAGE.format(
-                    css=(self.katex_dir / "katex.min.css").as_uri(),
+                    css=(self.katex_dir / "katex.min.css").read_text(encoding="utf-8"),
                     js=(self.katex_dir / "katex.min.js").as_uri(),
                     equations=json.dumps(equations).replace("</", "<\\/"),
                 ),
@@ -166,8 +198,7 @@ class Renderer:
             raise RuntimeError(
                 f"Chromium produced no KaTeX result (exit {done.returncode}): {done.stderr[-500:]}"
             )
-        results = json.loads(base64.b64decode(match.group(1)).decode("utf-8"))
-        return [_to_rendering(item) for item in results]
+        return json.loads(base64.b64decode(match.group(1)).decode("utf-8"))
 
     def matches_any(self, reference: str, hypotheses: list[str]) -> bool:
         """Whether some hypothesis renders like the reference (an unrenderable reference matches nothing)."""

@@ -22,11 +22,15 @@ _DELIMITERS = (
 )
 
 
-def extract_equations(markdown: str) -> list[str]:
-    """Every delimited equation in the text, stripped, in delimiter order then text order."""
+def extract_equations(markdown: str, dollars: bool = True) -> list[str]:
+    """Every delimited equation in the text, stripped, in delimiter order then text order.
+
+    ``dollars=False`` reads only ``\\( \\)`` and ``\\[ \\]``, for a math test that sets
+    olmOCR-Bench's ``ignore_dollar_delimited``.
+    """
     equations: list[str] = []
     rest = markdown
-    for pattern in _DELIMITERS:
+    for pattern in _DELIMITERS if dollars else _DELIMITERS[:2]:
         equations.extend(match.strip() for match in pattern.findall(rest))
         rest = pattern.sub(" ", rest)
     return [equation for equation in equations if equation]

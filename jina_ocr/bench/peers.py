@@ -1,10 +1,12 @@
-"""Reference OCR systems run on the benchmark's own pages: Tesseract and RapidOCR.
+"""Reference systems run on the benchmark's own pages: Tesseract, RapidOCR and pymupdf4llm.
 
-Scores mean little without points of comparison, so the scorer can OCR the same PDF pages with
-two classic engines that install offline: Tesseract (Debian's ``tesseract-ocr``) and RapidOCR
-(the ``rapidocr`` wheel, which ships its ONNX models). Both produce plain text, so they show
-what reading the words alone is worth on each test type; neither writes tables or LaTeX.
-Their outputs are written in the olmOCR-Bench layout and scored like any other system.
+Scores mean little without points of comparison, so the scorer can read the same PDF pages with
+three engines that install offline: Tesseract (Debian's ``tesseract-ocr``) and RapidOCR (the
+``rapidocr`` wheel, which ships its ONNX models) OCR a rendering of the page; pymupdf4llm reads
+the PDF's text layer and does no OCR at all, the reference line of what the embedded text alone
+is worth (nothing on a scan). The OCR engines produce plain text, so they show what reading the
+words alone is worth on each test type. Outputs are written in the olmOCR-Bench layout and scored
+like any other system.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-PEERS = ("tesseract", "rapidocr")
-# 200 dpi is a common scanning resolution and what Tesseract's documentation recommends as a minimum
-# for body text of ordinary size; both engines get the same image.
-DPI = 200
+from jina_ocr.errors import UserError
+
+PEERS = ("tesseract", "rapidocr", "pymupdf4llm")
+# Pages are rendered so that their longest side is about this many pixels: a fixed dpi would make a
+# small page a few hundred pixels wide and a poster tens of thousands. The dpi stays within 72-300.
+TARGET_LONGEST_SIDE = 2000
+MIN_DPI, MAX_DPI = 72, 300
 
 
 def unavailable(name: str) -> str | None:
@@ -32,19 +37,64 @@ def unavailable(name: str) -> str | None:
         except ImportError:
             return "the rapidocr package is not installed (pip install rapidocr onnxruntime)"
         return None
+    if name == "pymupdf4llm":
+        try:
+            import pymupdf4llm  # noqa: F401
+        except ImportError:
+            return "the pymupdf4llm package is not installed (pip install pymupdf4llm)"
+        return None
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
 
 
-def render_page(pdf: Path, page: int, dpi: int = DPI):
-    """One PDF page (1-based) as an RGB PIL image."""
+def page_dpi(width_pt: float, height_pt: float) -> float:
+    """The rendering resolution that gives the page's longest side about 2,000 px, within 72-300 dpi."""
+    longest_inches = max(width_pt, height_pt) / 72.0
+    return min(MAX_DPI, max(MIN_DPI, TARGET_LONGEST_SIDE / longest_inches))
+
+
+def render_page(pdf: Path, page: int):
+    """One PDF page (1-based) as an RGB PIL image, at :func:`page_dpi`."""
     import pymupdf
     from PIL import Image
 
     with pymupdf.open(pdf) as doc:
         if not 1 <= page <= doc.page_count:
             raise ValueError(f"{pdf}: page {page} does not exist (the PDF has {doc.page_count})")
-        pix = doc[page - 1].get_pixmap(dpi=dpi, alpha=False)
+        rect = doc[page - 1].rect
+        pix = doc[page - 1].get_pixmap(dpi=round(page_dpi(rect.width, rect.height)), alpha=False)
         return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+
+
+def check_pages(tests: list[dict], pdf_root: Path) -> None:
+    """Refuse, before any engine runs, a test whose PDF is missing or unreadable or lacks its page."""
+    import pymupdf
+
+    counts: dict[str, int] = {}
+    for test in tests:
+        pdf, page = test["pdf"], test.get("page", 1)
+        source = Path(pdf_root) / pdf
+        if pdf not in counts:
+            if not source.is_file():
+                raise UserError(
+                    f"{source}: PDF named by the tests is missing "
+                    "(set --pdfs to the folder the tests' PDF paths are relative to)"
+                )
+            try:
+                with pymupdf.open(source) as doc:
+                    counts[pdf] = doc.page_count
+            except (pymupdf.FileDataError, RuntimeError) as error:
+                raise UserError(f"{source}: not a readable PDF ({error})") from None
+        if page > counts[pdf]:
+            raise UserError(
+                f"test {test['id']!r}: page {page} of {pdf} does not exist (the PDF has {counts[pdf]})"
+            )
+
+
+def pymupdf4llm_text(pdf: Path, page: int) -> str:
+    """pymupdf4llm's Markdown of one page's text layer (no OCR: a scanned page gives nothing)."""
+    import pymupdf4llm
+
+    return pymupdf4llm.to_markdown(str(pdf), pages=[page - 1], use_ocr=False, show_progress=False)
 
 
 def tesseract_text(image, language: str = "eng") -> str:
@@ -122,22 +172,25 @@ def reading_order(items: list[tuple[float, float, float, float, str]]) -> list[t
     return reading_order(first) + reading_order(second)
 
 
-def run_peer(name: str, tests: list[dict], pdf_root: Path, out_dir: Path, dpi: int = DPI) -> Path:
-    """OCR every page the tests refer to with one peer, writing ``{stem}_pg{page}_repeat1.md`` files.
+def run_peer(name: str, tests: list[dict], pdf_root: Path, out_dir: Path) -> Path:
+    """Read every page the tests refer to with one peer, writing ``{stem}_pg{page}_repeat1.md`` files.
 
     Returns the folder of outputs (``out_dir / name``), ready for :func:`scoring.score_outputs`.
     """
     reason = unavailable(name)
     if reason:
         raise RuntimeError(f"{name}: {reason}")
-    ocr = tesseract_text if name == "tesseract" else rapidocr_text
+    check_pages(tests, pdf_root)
     target = Path(out_dir) / name
     for pdf, page in dict.fromkeys((t["pdf"], t.get("page", 1)) for t in tests):
         source = Path(pdf_root) / pdf
-        if not source.is_file():
-            raise FileNotFoundError(f"{source}: PDF named by the tests is missing")
+        if name == "pymupdf4llm":
+            text = pymupdf4llm_text(source, page)
+        else:
+            image = render_page(source, page)
+            text = tesseract_text(image) if name == "tesseract" else rapidocr_text(image)
         rel = Path(pdf)
         destination = target / rel.parent / f"{rel.stem}_pg{page}_repeat1.md"
         destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_text(ocr(render_page(source, page, dpi)), encoding="utf-8")
+        destination.write_text(text, encoding="utf-8")
     return target

@@ -5,8 +5,9 @@ PDF paths of the tests (``arxiv_math/2503.01234.pdf`` page 1 -> ``arxiv_math/250
 so the output of any OCR system can be scored, not only ours. A test passes when more than half
 of its repeats pass; a category (one JSONL file) scores its pass rate; the overall score is the
 unweighted mean of the categories, with a bootstrap interval that resamples tests within each
-category. Like olmOCR-Bench, every page without a ``baseline`` test gets one (category
-``baseline``), so an empty or looping page always costs something.
+category, as the benchmark stratifies its bootstrap by JSONL file. Like olmOCR-Bench, every PDF
+without a ``baseline`` test gets one on its page 1 (category ``baseline``), so an empty or looping
+page costs something; :func:`with_baselines` can add one per page instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from jina_ocr.bench import latex
 from jina_ocr.bench.olmocr import evaluate
+from jina_ocr.errors import UserError
 
 
 @dataclass
@@ -72,8 +74,9 @@ class Score:
             "overall_ci95": list(self.ci),
             "math_fallback": {
                 "tests": self.math_fallback,
-                "rule": "no KaTeX renderer (Chromium + KaTeX) was available: these math tests were "
-                "decided by the normalised-LaTeX rule instead of a rendered comparison",
+                "rule": "no KaTeX renderer (Chromium + KaTeX) was used: these math tests were "
+                "decided by the normalised-LaTeX rule instead of a rendered comparison, and their "
+                "references were not checked to render",
             }
             if self.math_fallback
             else None,
@@ -81,22 +84,38 @@ class Score:
         }
 
 
-def with_baselines(tests: list[dict]) -> list[dict]:
-    """The tests plus a default ``baseline`` test for every page that has none, as olmOCR-Bench adds."""
-    covered = {(t["pdf"], t.get("page", 1)) for t in tests if t["type"] == "baseline"}
+BASELINES = ("per-pdf", "per-page", "none")
+
+
+def with_baselines(tests: list[dict], mode: str = "per-pdf") -> list[dict]:
+    """The tests plus the default ``baseline`` tests (category ``baseline``) that olmOCR-Bench adds.
+
+    ``"per-pdf"`` is the benchmark's rule, and what its overall score counts: every PDF without a
+    baseline test on any page gets one on page 1, id ``{pdf}_baseline``. ``"per-page"`` checks
+    every page of a multi-page PDF instead (ids ``{pdf}_pg{page}_baseline``), so a blank or looping
+    page 2 costs something too; the score is then no longer the benchmark's. ``"none"`` adds none
+    (the test files' own baseline tests still run).
+    """
+    if mode not in BASELINES:
+        raise ValueError(f"unknown baseline mode {mode!r}; known: {', '.join(BASELINES)}")
+    if mode == "none":
+        return list(tests)
+    per_page = mode == "per-page"
+    covered = {(t["pdf"], t.get("page", 1) if per_page else 1) for t in tests if t["type"] == "baseline"}
     extra = []
-    for pdf, page in dict.fromkeys((t["pdf"], t.get("page", 1)) for t in tests):
-        if (pdf, page) not in covered:
-            covered.add((pdf, page))
-            extra.append(
-                {
-                    "pdf": pdf,
-                    "page": page,
-                    "id": f"{pdf}_pg{page}_baseline",
-                    "type": "baseline",
-                    "_category": "baseline",
-                }
-            )
+    for pdf, page in dict.fromkeys((t["pdf"], t.get("page", 1) if per_page else 1) for t in tests):
+        if (pdf, page) in covered:
+            continue
+        covered.add((pdf, page))
+        extra.append(
+            {
+                "pdf": pdf,
+                "page": page,
+                "id": f"{pdf}_pg{page}_baseline" if per_page else f"{pdf}_baseline",
+                "type": "baseline",
+                "_category": "baseline",
+            }
+        )
     return tests + extra
 
 
@@ -107,7 +126,11 @@ def output_files(outputs: Path, pdf: str, page: int) -> list[Path]:
     pattern = re.compile(rf"^{re.escape(rel.stem)}_pg{page}_repeat\d+\.md$")
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if pattern.match(p.name))
+    found = sorted(p for p in folder.iterdir() if pattern.match(p.name))
+    for path in found:
+        if not path.is_file():
+            raise UserError(f"{path}: named like an output page but not a file")
+    return found
 
 
 def score_outputs(
@@ -115,7 +138,7 @@ def score_outputs(
     outputs,
     *,
     renderer="auto",
-    add_baselines: bool = True,
+    baselines: str = "per-pdf",
     bootstrap: int = 1000,
     seed: int = 0,
 ) -> Score:
@@ -126,8 +149,7 @@ def score_outputs(
     so the browser starts once per batch rather than once per comparison.
     """
     outputs = Path(outputs)
-    if add_baselines:
-        tests = with_baselines(tests)
+    tests = with_baselines(tests, baselines)
     pages: dict[tuple[str, int], list[str]] = {}
     missing: list[str] = []
     for test in tests:
@@ -148,7 +170,9 @@ def score_outputs(
             if test["type"] == "math":
                 wanted.append(test["math"].strip())
                 for text in pages[(test["pdf"], test.get("page", 1))]:
-                    wanted.extend(latex.extract_equations(text))
+                    wanted.extend(
+                        latex.extract_equations(text, not test.get("ignore_dollar_delimited", False))
+                    )
         renderer.render_many(wanted)
     results = []
     for test in tests:

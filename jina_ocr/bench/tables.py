@@ -1,4 +1,4 @@
-"""Tables in OCR output: HTML element trees, Markdown pipe tables, and the cell grid behind both.
+"""Tables in OCR output: HTML element trees, Markdown pipe tables, and the benchmark's reading of both.
 
 OCR systems write tables either as HTML (``<table>`` with ``rowspan``/``colspan``) or as Markdown
 pipe tables, and every scorer here must treat the two alike. This module turns both into one
@@ -6,8 +6,8 @@ representation:
 
 - :class:`Node`, a small element tree built with the standard library's HTML parser (forgiving
   about unclosed tags, as model output often is), used by TEDS and the reward's table term;
-- :class:`Grid`, the logical cell grid with each cell stored once at its top-left corner and the
-  up/down/left/right neighbours worked out through spans, used by olmOCR-style table tests.
+- :class:`BenchTable`, a table laid out exactly as olmOCR-Bench's table tests read it (cells in
+  source order per row, headings collected its way), so that their verdicts are the benchmark's.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class Node:
 
 
 class _TreeBuilder(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, implied_ends: bool) -> None:
         super().__init__(convert_charrefs=True)
+        self.implied_ends = implied_ends
         self.root = Node("")
         self.root.text_parts.append("")
         self.stack = [self.root]
@@ -68,7 +69,7 @@ class _TreeBuilder(HTMLParser):
         node.text_parts[-1] += text
 
     def handle_starttag(self, tag, attrs):
-        if tag in _IMPLIED_END:
+        if self.implied_ends and tag in _IMPLIED_END:
             # A new cell ends an open cell of the same row; a new row ends the open row. Never
             # reach across a row (for cells) or a table (for rows) boundary.
             barrier = {"table", "tr"} if tag != "tr" else {"table"}
@@ -105,9 +106,14 @@ class _TreeBuilder(HTMLParser):
         self._append_text(data)
 
 
-def parse_html(markup: str) -> Node:
-    """Parse HTML (or Markdown with embedded HTML) into a :class:`Node` tree rooted at tag ``""``."""
-    builder = _TreeBuilder()
+def parse_html(markup: str, implied_ends: bool = True) -> Node:
+    """Parse HTML (or Markdown with embedded HTML) into a :class:`Node` tree rooted at tag ``""``.
+
+    With ``implied_ends`` a new cell closes an open cell and a new row an open row, as browsers
+    read HTML. Without, an unclosed ``<td>`` holds everything up to its end tag (the cells after it
+    nest inside it), which is how olmOCR-Bench's parser (BeautifulSoup's ``html.parser``) reads it.
+    """
+    builder = _TreeBuilder(implied_ends)
     builder.feed(markup)
     builder.close()
     return builder.root
@@ -123,145 +129,114 @@ def span_value(raw: str | None) -> int:
 
 
 @dataclass
-class Cell:
-    text: str
-    row: int
-    col: int
-    rowspan: int = 1
-    colspan: int = 1
-    heading: bool = False
+class BenchTable:
+    """A table as olmOCR-Bench's table tests read it: rows of cell texts plus its heading information.
 
-
-@dataclass
-class Grid:
-    """A table as logical cells on a grid; ``occupancy[r][c]`` is the index of the cell covering (r, c).
-
-    A spanning cell is stored once (at its top-left corner) and is the neighbour of every cell
-    next to any of the grid positions it covers, which is what makes spans testable.
+    The benchmark does not place cells on a logical grid. Each row lists its cells in source order;
+    a ``colspan`` cell takes one slot (so the cells after it move left), a ``rowspan`` cell repeats
+    its text in the rows below at the slot it reaches there, and short rows are padded with empty
+    strings. Neighbours (``up`` ...) are the adjacent slots of this padded array, and a check on the
+    table's edge, where there is no neighbour, is skipped. Headings come from ``col_headers`` and
+    ``row_headers`` (column or row -> heading texts), then from the heading rows and columns above
+    or left of a cell. Reproducing this layout, not a truer one, is what makes the verdicts the
+    benchmark's.
     """
 
-    cells: list[Cell]
-    occupancy: list[list[int | None]]
+    rows: list[list[str]]
+    header_rows: set[int] = field(default_factory=set)
+    header_cols: set[int] = field(default_factory=set)
+    col_headers: dict[int, list[str]] = field(default_factory=dict)
+    row_headers: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
-        return len(self.occupancy)
+        return len(self.rows)
 
     @property
     def n_cols(self) -> int:
-        return len(self.occupancy[0]) if self.occupancy else 0
-
-    def _first_in_direction(self, index: int, d_row: int, d_col: int) -> set[int]:
-        cell = self.cells[index]
-        found: set[int] = set()
-        if d_row:
-            lines = range(cell.col, cell.col + cell.colspan)
-            start = cell.row - 1 if d_row < 0 else cell.row + cell.rowspan
-        else:
-            lines = range(cell.row, cell.row + cell.rowspan)
-            start = cell.col - 1 if d_col < 0 else cell.col + cell.colspan
-        for line in lines:
-            pos = start
-            while True:
-                r, c = (pos, line) if d_row else (line, pos)
-                if not (0 <= r < self.n_rows and 0 <= c < self.n_cols):
-                    break
-                other = self.occupancy[r][c]
-                if other is not None and other != index:
-                    found.add(other)
-                    break
-                pos += d_row or d_col
-        return found
-
-    def up(self, index: int) -> set[int]:
-        return self._first_in_direction(index, -1, 0)
-
-    def down(self, index: int) -> set[int]:
-        return self._first_in_direction(index, 1, 0)
-
-    def left(self, index: int) -> set[int]:
-        return self._first_in_direction(index, 0, -1)
-
-    def right(self, index: int) -> set[int]:
-        return self._first_in_direction(index, 0, 1)
-
-    def _headings(self, index: int, step) -> set[int]:
-        """Walk ``step`` to the table edge: the heading cells met on the way, else the edge cells."""
-        headings: set[int] = set()
-        edge: set[int] = set()
-        seen = {index}
-        frontier = [index]
-        while frontier:
-            current = frontier.pop()
-            neighbours = step(current)
-            if current != index:
-                if self.cells[current].heading:
-                    headings.add(current)
-                if not neighbours:
-                    edge.add(current)
-            fresh = neighbours - seen
-            seen |= fresh
-            frontier.extend(fresh)
-        return headings or edge
-
-    def top_headings(self, index: int) -> set[int]:
-        return self._headings(index, self.up)
-
-    def left_headings(self, index: int) -> set[int]:
-        return self._headings(index, self.left)
+        return len(self.rows[0]) if self.rows else 0
 
 
-def build_grid(rows: list[list[Cell]]) -> Grid | None:
-    """Lay cells given row by row (as in HTML source order) onto a grid, honouring spans."""
-    cells: list[Cell] = []
-    pending: dict[tuple[int, int], int] = {}  # grid positions taken, including by rowspans from above
-    for r, row in enumerate(rows):
-        c = 0
-        for cell in row:
-            while (r, c) in pending:
-                c += 1
-            cell.row, cell.col = r, c
-            index = len(cells)
-            cells.append(cell)
-            for dr in range(cell.rowspan):
-                for dc in range(cell.colspan):
-                    pending[(r + dr, c + dc)] = index
-            c += cell.colspan
-    if not cells:
+def _padded(rows: list[list[str]]) -> list[list[str]]:
+    width = max(len(row) for row in rows)
+    return [row + [""] * (width - len(row)) for row in rows]
+
+
+def _add_heading(headings: dict[int, list[str]], key: int, text: str) -> None:
+    entry = headings.setdefault(key, [])
+    if text not in entry:
+        entry.append(text)
+
+
+def _cells_of(node: Node) -> list[Node]:
+    """Every ``<td>``/``<th>`` below ``node``, nested tables included, as the benchmark collects them."""
+    found = []
+    for child in node.children:
+        if child.tag in ("td", "th"):
+            found.append(child)
+        found.extend(_cells_of(child))
+    return found
+
+
+def html_bench_table(table: Node) -> BenchTable | None:
+    """One ``<table>`` laid out as :class:`BenchTable` describes (rows of nested tables included)."""
+    trs = list(table.iter("tr"))
+    if not trs:
         return None
-    height = max(pos[0] for pos in pending) + 1
-    width = max(pos[1] for pos in pending) + 1
-    occupancy = [[pending.get((r, c)) for c in range(width)] for r in range(height)]
-    return Grid(cells, occupancy)
-
-
-def html_table_grid(table: Node) -> Grid | None:
-    """The grid of one ``<table>`` node; ``<th>`` cells and cells inside ``<thead>`` are headings."""
-    rows: list[list[Cell]] = []
-
-    def visit(node: Node, in_head: bool) -> None:
-        for child in node.children:
-            if child.tag == "table":
-                continue  # a nested table is a table of its own
-            if child.tag == "tr":
-                row = [
-                    Cell(
-                        text=cell.text().strip(),
-                        row=0,
-                        col=0,
-                        rowspan=span_value(cell.attrs.get("rowspan")),
-                        colspan=span_value(cell.attrs.get("colspan")),
-                        heading=cell.tag == "th" or in_head,
-                    )
-                    for cell in child.children
-                    if cell.tag in ("td", "th")
-                ]
-                rows.append(row)
-            else:
-                visit(child, in_head or child.tag == "thead")
-
-    visit(table, False)
-    return build_grid(rows)
+    heads = next(iter(table.iter("thead")), None)
+    header_rows = {trs.index(tr) for tr in heads.iter("tr")} if heads is not None else set()
+    header_cols: set[int] = set()
+    col_headers: dict[int, list[str]] = {}
+    row_headers: dict[int, list[str]] = {}
+    spanning_col_heads: dict[str, set[int]] = {}
+    spanning_row_heads: dict[str, set[int]] = {}
+    reserved: dict[tuple[int, int], str] = {}
+    rows: list[list[str]] = []
+    for r, tr in enumerate(trs):
+        cells = _cells_of(tr)
+        if any(cell.tag == "th" for cell in cells):
+            header_rows.add(r)
+        row: list[str] = []
+        c = 0
+        for cell in cells:
+            while (r, c) in reserved:
+                row.append(reserved[(r, c)])
+                c += 1
+            text = cell.text().strip()
+            rowspan, colspan = span_value(cell.attrs.get("rowspan")), span_value(cell.attrs.get("colspan"))
+            row.append(text)
+            for dr in range(rowspan):
+                for dc in range(colspan):
+                    if dr or dc:
+                        reserved[(r + dr, c + dc)] = text if dr and not dc else ""
+            if cell.tag == "th":
+                header_cols.update(range(c, c + colspan))
+                header_rows.update(k for k in range(r + 1, r + rowspan) if k < len(trs))
+                for col in range(c, c + colspan):
+                    col_headers.setdefault(col, []).append(text)
+                if text and colspan > 1:
+                    spanning_col_heads.setdefault(text, set()).update(range(c, c + colspan))
+                if text and rowspan > 1:
+                    spanning_row_heads.setdefault(text, set()).update(range(r, r + rowspan))
+            elif rowspan > 1 and c in header_cols:
+                for k in range(r + 1, min(r + rowspan, len(trs))):
+                    row_headers.setdefault(k, []).append(text)
+            c += colspan
+        rows.append(row)
+    # A spanning heading also heads every column from its first one to the end of the data rows.
+    data_width = max((len(row) for r, row in enumerate(rows) if r not in header_rows), default=0)
+    for text, cols in spanning_col_heads.items():
+        for col in range(min(cols), data_width):
+            _add_heading(col_headers, col, text)
+    for text, covered in spanning_row_heads.items():
+        for r in covered:
+            if r < len(rows):
+                _add_heading(row_headers, r, text)
+    for col in header_cols:
+        for r, row in enumerate(rows):
+            if col < len(row) and row[col].strip():
+                _add_heading(row_headers, r, row[col])
+    return BenchTable(_padded(rows), header_rows, header_cols, col_headers, row_headers)
 
 
 _SEPARATOR_CELL = re.compile(r"^\s*:?-{1,}:?\s*$")
@@ -304,30 +279,62 @@ def markdown_tables(markdown: str) -> list[list[list[str]]]:
     return tables
 
 
-def markdown_table_grid(rows: list[list[str]]) -> Grid | None:
-    """The grid of a pipe table; its first row and first column are the headings."""
-    return build_grid(
-        [
-            [Cell(text=text, row=0, col=0, heading=(r == 0 or c == 0)) for c, text in enumerate(row)]
-            for r, row in enumerate(rows)
-        ]
+def _bench_markdown_rows(lines: list[str]) -> list[list[str]]:
+    """The rows of one run of pipe lines as the benchmark splits them (escaped pipes are not special)."""
+    rows = []
+    separator = next(
+        (
+            k
+            for k, line in enumerate(lines)
+            if (body := line.replace("|", "").strip()) and set(body) <= set("- :")
+        ),
+        None,
     )
+    for k, line in enumerate(lines):
+        if k == separator or (line.strip() and set(line) <= set("- :|")):
+            continue
+        cells = [cell.strip() for cell in line.split("|")]
+        if cells and cells[0] == "":
+            cells = cells[1:]
+        if cells and cells[-1] == "":
+            cells = cells[:-1]
+        if cells:
+            rows.append(cells)
+    return rows
 
 
-def all_grids(markdown: str, include_markdown: bool = True) -> list[Grid]:
-    """Grids for every HTML table, then (optionally) every Markdown pipe table, in the output."""
-    grids = []
+def markdown_bench_tables(markdown: str) -> list[BenchTable]:
+    """Pipe tables (runs of two or more lines holding ``|``) as :class:`BenchTable`: first row and column head."""
+    tables = []
+    block: list[str] = []
+    for line in markdown.strip().split("\n") + [""]:
+        if "|" in line:
+            block.append(line)
+            continue
+        rows = _bench_markdown_rows(block) if len(block) >= 2 else []
+        block = []
+        if not rows:
+            continue
+        rows = _padded(rows)
+        tables.append(
+            BenchTable(
+                rows,
+                header_rows={0},
+                header_cols={0},
+                col_headers={col: [text] for col, text in enumerate(rows[0])},
+                row_headers={r: [rows[r][0]] for r in range(1, len(rows))},
+            )
+        )
+    return tables
+
+
+def bench_tables(markdown: str, include_markdown: bool = True) -> list[BenchTable]:
+    """Every table of the output as olmOCR-Bench's table test reads it: pipe tables, then HTML tables."""
+    tables = markdown_bench_tables(markdown) if include_markdown else []
     if "<table" in markdown.lower():
-        for table in parse_html(markdown).iter("table"):
-            grid = html_table_grid(table)
-            if grid is not None:
-                grids.append(grid)
-    if include_markdown:
-        for rows in markdown_tables(markdown):
-            grid = markdown_table_grid(rows)
-            if grid is not None:
-                grids.append(grid)
-    return grids
+        root = parse_html(markdown, implied_ends=False)
+        tables.extend(t for t in map(html_bench_table, root.iter("table")) if t is not None)
+    return tables
 
 
 _HTML_TABLE = re.compile(r"<table\b.*?</table\s*>", re.IGNORECASE | re.DOTALL)

@@ -1,10 +1,11 @@
-"""``jina-ocr bench``: score OCR outputs with olmOCR-Bench unit tests, optionally beside Tesseract and RapidOCR."""
+"""``jina-ocr bench``: score OCR outputs with olmOCR-Bench unit tests, optionally beside Tesseract, RapidOCR and pymupdf4llm."""
 
 from __future__ import annotations
 
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from jina_ocr.errors import UserError
@@ -37,8 +38,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--peers",
         nargs="*",
-        choices=["tesseract", "rapidocr"],
-        help="also OCR the same PDF pages with these engines (default: both) and score them for comparison",
+        choices=["tesseract", "rapidocr", "pymupdf4llm"],
+        help="also read the same PDF pages with these engines (default: all three) and score them for comparison",
     )
     parser.add_argument(
         "--pdfs",
@@ -51,7 +52,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--skip-baseline",
         action="store_true",
-        help="do not add a default baseline test to pages that have none",
+        help="do not add default baseline tests (the test files' own baseline tests still run)",
+    )
+    parser.add_argument(
+        "--baseline-per-page",
+        action="store_true",
+        help="add a default baseline test to every page without one, not only to page 1 of each PDF "
+        "as olmOCR-Bench does (the overall score is then no longer the benchmark's)",
     )
     parser.add_argument(
         "--no-render",
@@ -77,6 +84,8 @@ def run(args) -> int:
         raise UserError("give --tests (olmOCR-Bench unit tests), --references (reference pages), or both")
     if args.outputs is not None and not args.outputs.is_dir():
         raise UserError(f"--outputs {args.outputs}: not a folder")
+    if args.report is not None:
+        _check_writable(args.report)
     report: dict = {}
     if args.tests is not None:
         report.update(_unit_tests(args))
@@ -88,6 +97,17 @@ def run(args) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a --report path that cannot be written before any work is done (not after the table)."""
+    if path.is_dir():
+        raise UserError(f"--report {path}: is a folder")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--report {path}: {parent} is a file, not a folder")
+            return
 
 
 def _page_metrics(args) -> dict:
@@ -124,6 +144,7 @@ def _score(score_outputs, tests, folder, options):
 
 
 def _unit_tests(args) -> dict:
+    from jina_ocr.bench import katex
     from jina_ocr.bench import peers as peer_engines
     from jina_ocr.bench.olmocr import load_tests
     from jina_ocr.bench.scoring import format_table, score_outputs
@@ -135,8 +156,11 @@ def _unit_tests(args) -> dict:
     tests = load_tests(args.tests)
     if not tests:
         raise UserError(f"{args.tests}: contains no tests")
-    renderer = None if args.no_render else "auto"
-    options = {"renderer": renderer, "add_baselines": not args.skip_baseline, "bootstrap": args.bootstrap}
+    renderer = None if args.no_render else katex.default_renderer()
+    if renderer is not None:
+        _refuse_unrenderable_references(tests, renderer)
+    baselines = "none" if args.skip_baseline else "per-page" if args.baseline_per_page else "per-pdf"
+    options = {"renderer": renderer, "baselines": baselines, "bootstrap": args.bootstrap}
 
     scores = {}
     if args.outputs is not None:
@@ -149,19 +173,22 @@ def _unit_tests(args) -> dict:
             if reason:
                 raise UserError(f"--peers {name}: {reason}")
         root = _pdf_root(args)
+        seconds = {}
         with tempfile.TemporaryDirectory(prefix="jina-ocr-peers-") as tmp:
             out_dir = args.peers_out or Path(tmp)
             for name in names:
-                try:
-                    folder = peer_engines.run_peer(name, tests, root, out_dir)
-                except FileNotFoundError as error:
-                    raise UserError(
-                        f"{error} (set --pdfs to the folder the tests' PDF paths are relative to)"
-                    ) from None
+                start = time.perf_counter()
+                folder = peer_engines.run_peer(name, tests, root, out_dir)
+                seconds[name] = time.perf_counter() - start
                 peer_scores[name] = _score(score_outputs, tests, folder, options)
     scores.update(peer_scores)
 
     print(format_table(scores))
+    if peer_scores:
+        pages = len({(t["pdf"], t.get("page", 1)) for t in tests})
+        print(
+            "seconds per page: " + ", ".join(f"{name} {spent / pages:.2f}" for name, spent in seconds.items())
+        )
     for name, score in scores.items():
         if score.missing:
             shown = ", ".join(score.missing[:5]) + (" ..." if len(score.missing) > 5 else "")
@@ -171,11 +198,38 @@ def _unit_tests(args) -> dict:
             )
         if score.math_fallback:
             print(
-                f"{name}: {len(score.math_fallback)} math test(s) decided by the normalised-LaTeX rule "
-                "(no KaTeX renderer): " + ", ".join(score.math_fallback),
+                f"{name}: {len(score.math_fallback)} math test(s) decided by the normalised-LaTeX rule, "
+                "their references unchecked (no KaTeX renderer to show that they render): "
+                + ", ".join(score.math_fallback),
                 file=sys.stderr,
             )
+    if renderer is not None and (version := katex.katex_version(renderer.katex_dir)) != katex.BENCHMARK_KATEX:
+        print(
+            f"warning: KaTeX {version or '(unknown release)'} in {renderer.katex_dir}; olmOCR-Bench renders "
+            f"with {katex.BENCHMARK_KATEX} (.ci/deps/bench.sh installs it), so math verdicts may differ",
+            file=sys.stderr,
+        )
     report = scores[next(iter(scores))].to_report() if args.outputs is not None else {}
     if peer_scores:
         report["peers"] = {name: score.to_report() for name, score in peer_scores.items()}
     return report
+
+
+def _refuse_unrenderable_references(tests: list[dict], renderer) -> None:
+    """A math test whose reference KaTeX cannot render is refused as the tests load, as olmOCR-Bench's
+    loader means to: such a test could never be passed by rendering, only by an exact copy."""
+    references = [t["math"].strip() for t in tests if t["type"] == "math"]
+    if not references:
+        return
+    try:
+        rendered = renderer.render_many(references)
+    except RuntimeError as error:
+        raise UserError(
+            f"{error}; rerun with --no-render to decide math tests by the normalised-LaTeX rule"
+        ) from None
+    for test in tests:
+        if test["type"] == "math" and rendered[test["math"].strip()] is None:
+            raise UserError(
+                f"math test {test['id']!r} ({test.get('_category', 'tests')}.jsonl): its reference does not "
+                f"render in KaTeX ({renderer.error(test['math'].strip())})"
+            )
