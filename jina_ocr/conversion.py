@@ -385,6 +385,11 @@ def convert(
     dpi: int | None = None,
     max_pixels: int | None = None,
     mode: str | None = None,
+    endpoint: str | Sequence[str] | None = None,
+    served_model: str | None = None,
+    api_key: str | None = None,
+    concurrency: int | None = None,
+    retries: int | None = None,
 ) -> Iterator[PageResult]:
     """Convert a PDF or image (a path or bytes) to Markdown, yielding a :class:`PageResult` per page.
 
@@ -393,7 +398,43 @@ def convert(
     is loaded once and cached for the next call with the same folder, device and dtype. Whole-document
     problems raise :class:`~jina_ocr.documents.DocumentError` here; page problems come back as results
     with ``error`` set. Options left as None use the converter's values.
+
+    With ``endpoint`` (one OpenAI ``base_url`` or several) pages are sent to those servers instead
+    (see :mod:`jina_ocr.endpoints`); the options that belong to the server are refused.
     """
+    if endpoint is None:
+        client_side = dict(
+            served_model=served_model, api_key=api_key, concurrency=concurrency, retries=retries
+        )
+        given = [name for name, value in client_side.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: only with endpoint=")
+    else:
+        server_side = dict(
+            model=model, device=device, dtype=dtype, batch_size=batch_size, use_mtp=use_mtp, mode=mode
+        )
+        given = [name for name, value in server_side.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: set on the server, not with endpoint=")
+        from jina_ocr import endpoints
+
+        remote = endpoints.EndpointConverter(
+            endpoint,
+            served_model=served_model,
+            api_key=api_key,
+            concurrency=concurrency or endpoints.DEFAULT_CONCURRENCY,
+            policy=endpoints.RetryPolicy(retries=endpoints.DEFAULT_RETRIES if retries is None else retries),
+            prompt=prompt,
+            max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+            dpi=dpi or DEFAULT_DPI,
+            max_pixels=max_pixels or DEFAULT_MAX_PIXELS,
+        )
+        try:
+            results = remote.convert(source, pages, password=password, name=name)
+        except BaseException:
+            remote.close()
+            raise
+        return endpoints.closing_stream(remote, results)
     options = dict(
         batch_size=batch_size,
         max_new_tokens=max_new_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,15 @@ def tiny_export(tmp_path_factory) -> Path:
     from jina_ocr.export.presets import export_random
 
     return export_random(tmp_path_factory.mktemp("tiny") / "jina-ocr-tiny", preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def lively_export(tiny_export, tmp_path_factory) -> Path:
+    """The tiny export with its decoder and head weights scaled up (see ``model_edits.make_lively``):
+    its greedy text differs from page to page."""
+    from model_edits import make_lively, rewrite_weights
+
+    folder = tmp_path_factory.mktemp("lively") / "jina-ocr-tiny"
+    shutil.copytree(tiny_export, folder)
+    rewrite_weights(folder, make_lively)
+    return folder

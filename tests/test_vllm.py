@@ -25,8 +25,8 @@ if importlib.util.find_spec("vllm") is None:
     )
 
 import torch  # noqa: E402
+from model_edits import rewrite_weights  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
 
 from jina_ocr.vllm import ocr_prompt  # noqa: E402
 
@@ -94,13 +94,6 @@ def run_engine(
     raise AssertionError(f"the vLLM engine failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
 
 
-def rewrite_weights(folder: Path, edit) -> None:
-    path = folder / "model.safetensors"
-    state = load_file(path)
-    edit(state)
-    save_file(state, path, metadata={"format": "pt"})
-
-
 def draw_page(path: Path, size: tuple[int, int]) -> Path:
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
@@ -122,24 +115,6 @@ def big_page(tmp_path_factory) -> Path:
     """A big square page: SPEC's tie rule gives it a 3 x 3 grid of tiles (vLLM's own processor stops at
     6 tiles and would cut 2 x 2), 273 + 30 * 31 = 1203 placeholders."""
     return draw_page(tmp_path_factory.mktemp("pages") / "big.png", (1400, 1400))
-
-
-@pytest.fixture(scope="module")
-def lively_export(tiny_export, tmp_path_factory) -> Path:
-    """The tiny export with its decoder and head weights scaled up, so that greedy output depends on
-    the context and varies (random weights at init scale repeat one token forever)."""
-    folder = tmp_path_factory.mktemp("lively") / "jina-ocr-tiny"
-    shutil.copytree(tiny_export, folder)
-
-    def edit(state):
-        for name, tensor in state.items():
-            decoder = name.startswith(("model.layers.", "mtp_module."))
-            if decoder and tensor.ndim == 2 and not name.endswith("mlp.gate.weight"):
-                state[name] = tensor * 6
-        state["lm_head.weight"] = state["lm_head.weight"] * 4
-
-    rewrite_weights(folder, edit)
-    return folder
 
 
 @pytest.fixture(scope="module", params=["post_norm", "pre_norm"])

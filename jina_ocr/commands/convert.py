@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jina_ocr.commands import _endpoint
 from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
 from jina_ocr.documents import (
@@ -72,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
     )
     add_runtime_arguments(parser)
+    _endpoint.add_arguments(parser)
 
 
 def _expand(inputs: list[str]) -> list[Path]:
@@ -142,6 +144,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _endpoint.check_arguments(args)
     selection = PageSelection.parse(args.pages) if args.pages else None
     suffix = ".md" if args.format == "md" else ".json"
     paths = _expand(args.inputs)
@@ -167,18 +170,21 @@ def run(args: argparse.Namespace) -> int:
     if not jobs:
         return 1
 
-    converter = Converter.from_pretrained(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        use_mtp=False if args.no_mtp else None,
-        prompt=args.prompt,
-        dpi=args.dpi,
-        mode=args.mode,
-        max_pixels=args.max_pixels,
-    )
+    if args.endpoint:
+        converter, jobs = _endpoint.prepare(args, jobs, suffix)
+    else:
+        converter = Converter.from_pretrained(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            use_mtp=False if args.no_mtp else None,
+            prompt=args.prompt,
+            dpi=args.dpi,
+            mode=args.mode,
+            max_pixels=args.max_pixels,
+        )
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
     try:
@@ -186,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _report("interrupted; files already written are complete, the current one was not written")
         return 130
+    finally:
+        if args.endpoint:
+            converter.close()
     return 1 if failed else 0
 
 
