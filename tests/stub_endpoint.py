@@ -43,6 +43,8 @@ class StubEndpoint:
     script: list[Step] = field(default_factory=lambda: [OK])
     model: str = "stub-model"
     owned_by: str = "stub"
+    models_unavailable: int = 0
+    """How many GET /v1/models answer 503 before the list."""
     requests: list[Request] = field(default_factory=list)
     in_flight: int = 0
     peak_in_flight: int = 0
@@ -82,6 +84,9 @@ def _handler(stub: StubEndpoint):
 
         def do_GET(self):
             stub.record(self.path, None)
+            if sum(r.path.endswith("/models") for r in stub.requests) <= stub.models_unavailable:
+                self._send(503, {"error": {"message": "starting", "type": "test", "code": 503}})
+                return
             self._send(200, {"object": "list", "data": [{"id": stub.model, "owned_by": stub.owned_by}]})
 
         def do_POST(self):

@@ -105,9 +105,11 @@ def test_each_page_is_one_chat_completion_with_a_lossless_png(noise_png):
 
 
 def test_vllm_endpoints_get_the_loop_guard_settings(noise_png):
-    stub = StubEndpoint(owned_by="vllm")
+    # the model list is not there at start (the server is still loading): asked again before the page
+    stub = StubEndpoint(owned_by="vllm", models_unavailable=1)
     with running(stub) as url, EndpointConverter(url, served_model="stub-model") as converter:
         assert next(converter.convert(noise_png)).ok
+    assert [r.path for r in stub.requests] == ["/v1/models", "/v1/models", "/v1/chat/completions"]
     assert stub.chats[0].body["vllm_xargs"] == {
         "ngram_size": 35,
         "window_size": 1024,
