@@ -113,6 +113,17 @@ class RenderedPage:
     error: DocumentError | None = None
 
 
+def open_selection(source, pages: PagesArgument, **options) -> tuple[Document, list[int]]:
+    """``source`` opened (``options`` as :func:`open_document` takes them) and ``pages`` resolved
+    against it; raises :class:`DocumentError` for either, leaving nothing open."""
+    document = open_document(source, **options)
+    try:
+        return document, document.select(pages)
+    except BaseException:
+        document.close()
+        raise
+
+
 def render_batches(
     document: Document, numbers: Sequence[int], batch_size: int
 ) -> Iterator[list[RenderedPage]]:
@@ -322,14 +333,9 @@ class Converter:
         name: str | None = None,
     ) -> Iterator[PageResult]:
         """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results."""
-        document = open_document(
-            source, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
+        document, numbers = open_selection(
+            source, pages, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
         )
-        try:
-            numbers = document.select(pages)
-        except BaseException:
-            document.close()
-            raise
         return self._stream(document, numbers)
 
     def _stream(self, document: Document, numbers: list[int]) -> Iterator[PageResult]:

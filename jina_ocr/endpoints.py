@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import httpx
 from PIL import Image
 
-from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult
+from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, open_selection
 from jina_ocr.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -153,7 +153,7 @@ def _error_message(response: httpx.Response) -> str:
     return response.text[:200].strip() or response.reason_phrase
 
 
-def _transport_message(error: httpx.TransportError) -> str:
+def _transport_message(error: httpx.RequestError) -> str:
     if isinstance(error, httpx.TimeoutException):
         return f"no answer in time ({type(error).__name__})"
     if isinstance(error, httpx.ConnectError):
@@ -220,7 +220,7 @@ class EndpointPool:
         url = f"{endpoint.url}/models"
         try:
             response = self.client.get(url)
-        except httpx.TransportError as error:
+        except httpx.RequestError as error:
             raise _Retryable(f"{url}: {_transport_message(error)}") from None
         if response.status_code != 200:
             raise _Retryable(f"{url}: HTTP {response.status_code}: {_error_message(response)}")
@@ -306,7 +306,7 @@ class EndpointPool:
         start = time.perf_counter()
         try:
             response = self.client.post(url, json={"model": self.served_model, **body, **extra})
-        except httpx.TransportError as error:
+        except httpx.RequestError as error:
             raise _Retryable(f"{url}: {_transport_message(error)}") from None
         seconds = time.perf_counter() - start
         status = response.status_code
@@ -451,14 +451,9 @@ class EndpointConverter:
         if not scheduled:  # not what schedule() announced: the plan is dropped
             while self._plan:
                 self._drop(self._plan.popleft())
-            document = open_document(
-                source, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
+            document, numbers = open_selection(
+                source, pages, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
             )
-            try:
-                numbers = document.select(pages)
-            except BaseException:
-                document.close()
-                raise
             head = _Planned(source, numbers, password, name, document)
             self._plan.append(head)
         self._fill()
