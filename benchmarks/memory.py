@@ -3,7 +3,7 @@
     python benchmarks/memory.py                    # 300 vs 3 pages: documents + processor
     python benchmarks/memory.py --stage convert    # the whole pipeline, model.generate included
 
-Each PDF is converted in a fresh process, whose peak resident set size (``ru_maxrss``, everything:
+Each PDF is converted in a fresh process, whose peak resident set size (``VmHWM`` on Linux, everything:
 Python, torch, MuPDF's C heap, tensors) is read at the end. The pages are text pages of the same
 kind, so a long PDF costs more time but, with pages rendered lazily and batches released, no more
 memory; the script fails (exit 1) if the long PDF's peak exceeds the short one's by more than
@@ -46,6 +46,17 @@ def make_pdf(pages: int, path: Path) -> None:
 
 
 def peak_rss_mb() -> float:
+    """Peak resident set size of this process since it started its program.
+
+    On Linux that is ``VmHWM``: ``ru_maxrss`` survives ``execve``, so a child spawned by a parent that
+    had loaded torch would report the parent's peak, whatever the child itself used.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
