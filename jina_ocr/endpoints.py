@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -186,7 +186,9 @@ class EndpointPool:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx.Timeout(policy.timeout, connect=min(10.0, policy.timeout))
         self.client = httpx.Client(
-            timeout=timeout, headers=headers, limits=httpx.Limits(max_connections=None)
+            timeout=timeout,
+            headers=headers,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
         )
 
     def close(self) -> None:
@@ -394,6 +396,9 @@ class EndpointConverter:
         self.dpi = dpi
         self.max_pixels = max_pixels
         self._window = 4 * concurrency
+        # Page bitmaps are made by a few threads only: each thread's malloc arena keeps its largest
+        # buffers, so bitmaps made in every request worker would cost a bitmap per worker for good.
+        self._renderer = ThreadPoolExecutor(min(concurrency, os.cpu_count() or 1), "jina-ocr-render")
         self._plan: deque[_Planned] = deque()
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = [
@@ -404,6 +409,7 @@ class EndpointConverter:
             self.pool.describe()
         except BaseException:
             self.pool.close()
+            self._renderer.shutdown()
             raise
         for worker in self._workers:
             worker.start()
@@ -415,6 +421,7 @@ class EndpointConverter:
     def close(self) -> None:
         """Stop: pages not yet sent are dropped, requests in flight are abandoned."""
         self.pool.close()
+        self._renderer.shutdown(wait=False, cancel_futures=True)
         for _ in self._workers:
             self._tasks.put(None)
         while self._plan:
@@ -521,11 +528,9 @@ class EndpointConverter:
     def _convert_page(self, document: Document, label: str, number: int) -> PageResult:
         start = time.perf_counter()
         try:
-            image = document.render(number)
+            png = self._renderer.submit(_render_png, document, number).result()
         except DocumentError as error:
             return PageResult(label, number, seconds=time.perf_counter() - start, error=error.reason)
-        png = png_bytes(image)
-        del image
         render_seconds = time.perf_counter() - start
         try:
             answer = self.pool.complete(png, self.prompt, self.max_new_tokens)
@@ -538,6 +543,10 @@ class EndpointConverter:
             tokens=answer.tokens,
             seconds=render_seconds + answer.seconds,
         )
+
+
+def _render_png(document: Document, number: int) -> bytes:
+    return png_bytes(document.render(number))
 
 
 def closing_stream(converter: EndpointConverter, results: Iterator[PageResult]) -> Iterator[PageResult]:

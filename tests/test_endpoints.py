@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from email.utils import formatdate
 from pathlib import Path
 
@@ -187,6 +188,25 @@ def test_requests_go_where_fewest_are_in_flight(tmp_path):
     assert len(fast.chats) + len(slow.chats) == 12
     assert len(fast.chats) >= 2 * len(slow.chats)  # the quick one finishes its pages and takes more
     assert max(fast.peak_in_flight, slow.peak_in_flight) <= 4
+
+
+def test_page_bitmaps_alive_at_once_are_bounded(tmp_path, monkeypatch):
+    alive = []  # one entry per page bitmap not yet freed
+    most = []
+    encode = endpoints.png_bytes
+
+    def counting_encode(image):
+        alive.append(image.size)
+        weakref.finalize(image, alive.pop)
+        most.append(len(alive))
+        return encode(image)
+
+    monkeypatch.setattr(endpoints, "png_bytes", counting_encode)
+    stub = StubEndpoint([Step("slow", seconds=0.02)])
+    with running(stub) as url, EndpointConverter(url, concurrency=4) as converter:
+        assert sum(r.ok for r in converter.convert(write_pdf(tmp_path / "long.pdf", 24))) == 24
+    assert len(most) == 24 and max(most) <= min(4, os.cpu_count())
+    assert stub.peak_in_flight <= 4
 
 
 def test_outputs_are_those_of_a_local_run(cli, noise_png, tmp_path):

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=endpoints.DEFAULT_TIMEOUT,
-        help="seconds one request may take (default: %(default)s)",
+        help="seconds to wait for the answer to one request (default: %(default)s)",
     )
     group.add_argument(
         "--cooldown",
