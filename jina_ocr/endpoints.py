@@ -1,12 +1,12 @@
 """Converting through OpenAI-compatible endpoints: vLLM replicas, ``jina-ocr serve`` processes, or any
 server that answers chat completions with images.
 
-Pages are opened and rendered here exactly as in a local run (:mod:`jina_ocr.documents`), one at a
-time by ``concurrency`` worker threads, each page sent as a lossless PNG ``data:`` image in its own
-chat completion. Results come back per document in page order as :class:`PageResult` objects, so the
-code that writes a local run's outputs writes these too. Memory holds at most a window of
-``4 * concurrency`` pages, of which at most ``concurrency`` exist as images or request bodies at a
-time, whatever the number of pages and documents.
+Pages are opened and rendered here exactly as in a local run (:mod:`jina_ocr.documents`), and each
+page is sent as a lossless PNG ``data:`` image in its own chat completion by one of ``concurrency``
+worker threads. Results come back per document in page order as :class:`PageResult` objects, so the
+code that writes a local run's outputs writes these too. Memory holds a window of at most
+``4 * concurrency`` pages: at most ``concurrency`` request bodies and one bitmap per rendering thread
+(as many as CPU cores, at most ``concurrency``), whatever the number of pages and documents.
 
 A batch job meets busy and failing servers, so every request is retried (:class:`RetryPolicy`): 429,
 5xx, timeouts and refused or dropped connections are retried with full-jitter exponential backoff,
