@@ -424,16 +424,14 @@ def convert(
             raise UserError(f"{', '.join(given)}: set on the server, not with endpoint=")
         from jina_ocr import endpoints
 
+        given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
         remote = endpoints.EndpointConverter(
             endpoint,
             served_model=served_model,
             api_key=api_key,
-            concurrency=concurrency or endpoints.DEFAULT_CONCURRENCY,
-            policy=endpoints.RetryPolicy(retries=endpoints.DEFAULT_RETRIES if retries is None else retries),
+            policy=endpoints.RetryPolicy() if retries is None else endpoints.RetryPolicy(retries=retries),
             prompt=prompt,
-            max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-            dpi=dpi or DEFAULT_DPI,
-            max_pixels=max_pixels or DEFAULT_MAX_PIXELS,
+            **{key: value for key, value in given.items() if value is not None},
         )
         try:
             results = remote.convert(source, pages, password=password, name=name)

@@ -382,7 +382,8 @@ class EndpointConverter:
         dpi: int = DEFAULT_DPI,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ):
-        for name, value in (("concurrency", concurrency), ("max_new_tokens", max_new_tokens)):
+        numbers = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
+        for name, value in numbers.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"{name} must be a positive whole number, not {value!r}")
         policy = policy or RetryPolicy()
