@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory import make_pdf, peak_rss_mb  # noqa: E402
+from memory import make_pdf, peak_rss_mb, report  # noqa: E402
 
 CONCURRENCIES = (1, 4, 16)
 
@@ -187,17 +187,9 @@ def main() -> int:
         rate = row["pages"] / row["seconds"]
         print(f"{concurrency:>11} {rate:8.2f} {row['seconds']:8.1f} {row['pages_per_batch']:12.1f}")
     print(f"memory: instant endpoint, concurrency {args.memory_concurrency}")
-    print(f"{'PDF pages':>9} {'pages/s':>8} {'RSS ready MB':>13} {'peak RSS MB':>12} {'growth MB':>10}")
-    for pages, row in memory.items():
-        growth = row["peak_mb"] - row["ready_mb"]
-        rate = pages / row["seconds"]
-        print(f"{pages:>9} {rate:8.1f} {row['ready_mb']:13.1f} {row['peak_mb']:12.1f} {growth:10.1f}")
-    difference = memory[args.long]["peak_mb"] - memory[args.short]["peak_mb"]
-    verdict = "within" if difference <= args.budget_mb else "OVER"
-    print(
-        f"peak difference, {args.long} vs {args.short} pages: {difference:+.1f} MB ({verdict} {args.budget_mb:.0f} MB)"
+    return report(
+        [(f"{pages}-pages.pdf", {**row, "pages": pages}) for pages, row in memory.items()], args.budget_mb
     )
-    return 0 if difference <= args.budget_mb else 1
 
 
 if __name__ == "__main__":
