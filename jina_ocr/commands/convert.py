@@ -170,21 +170,21 @@ def run(args: argparse.Namespace) -> int:
     if not jobs:
         return 1
 
+    converter = None  # a local model is loaded only without --endpoint
     if args.endpoint:
         converter, jobs = _endpoint.prepare(args, jobs, suffix)
-    else:
-        converter = Converter.from_pretrained(
-            args.model,
-            device=args.device,
-            dtype=args.dtype,
-            batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens,
-            use_mtp=False if args.no_mtp else None,
-            prompt=args.prompt,
-            dpi=args.dpi,
-            mode=args.mode,
-            max_pixels=args.max_pixels,
-        )
+    converter = converter or Converter.from_pretrained(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        use_mtp=False if args.no_mtp else None,
+        prompt=args.prompt,
+        dpi=args.dpi,
+        mode=args.mode,
+        max_pixels=args.max_pixels,
+    )
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
     try:
