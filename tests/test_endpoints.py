@@ -334,3 +334,18 @@ def test_ctrl_c_cancels_and_leaves_only_complete_files(tmp_path):
             process.kill()
     assert process.returncode == 130 and "interrupted" in err
     assert sorted(p.name for p in out.iterdir()) == [".jina-ocr-convert.json", "d1.md"]
+
+
+def test_resume_of_json_outputs_redoes_documents_with_failed_pages(cli, tmp_path):
+    documents = two_page_pdfs(tmp_path / "docs", 3)
+    out = tmp_path / "out"
+    first = StubEndpoint([OK, OK, OK, Step("status", 422), OK])  # d2's page 2 fails
+    with running(first) as url:
+        status, _, _ = cli(documents, "-o", out, "--format", "json", "--endpoint", url, "--concurrency", "1")
+    assert status == 1
+    again = StubEndpoint()
+    with running(again) as url:
+        status, _, err = cli(documents, "-o", out, "--format", "json", "--endpoint", url, "--resume")
+    assert status == 0, err
+    assert len(again.chats) == 2 and "2 of 3 documents already converted" in err
+    assert [p["error"] for p in json.loads((out / "d2.json").read_text())["pages"]] == [None, None]
