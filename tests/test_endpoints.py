@@ -164,7 +164,7 @@ def test_a_page_that_never_succeeds_is_a_failed_page(cli, noise_png, tmp_path):
 
 def test_an_endpoint_failing_in_a_row_rests_and_the_others_take_its_pages(tmp_path):
     broken = StubEndpoint([Step("status", 500)])
-    healthy = StubEndpoint([Step("slow", seconds=0.3)])
+    healthy = StubEndpoint([Step("slow", seconds=1.0)])  # busy while the other fails three times
     pdf = write_pdf(tmp_path / "four.pdf", 4)
     policy = FAST(cooldown=60.0)
     with running(broken) as bad, running(healthy) as good:
