@@ -197,7 +197,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.fixtures.is_dir():
-        args.fixtures = ROOT.parent / "shared" / "fixtures" / "olmocr"
+        sys.exit(f"--fixtures {args.fixtures}: no such folder")
     renderer = katex.default_renderer()
     if renderer is None:
         sys.exit("needs Chromium and KaTeX (.ci/deps/bench.sh installs both): math is compared by rendering")

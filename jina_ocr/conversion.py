@@ -114,6 +114,17 @@ class RenderedPage:
     error: DocumentError | None = None
 
 
+def open_selection(source, pages: PagesArgument, **options) -> tuple[Document, list[int]]:
+    """``source`` opened (``options`` as :func:`open_document` takes them) and ``pages`` resolved
+    against it; raises :class:`DocumentError` for either, leaving nothing open."""
+    document = open_document(source, **options)
+    try:
+        return document, document.select(pages)
+    except BaseException:
+        document.close()
+        raise
+
+
 def render_batches(
     document: Document, numbers: Sequence[int], batch_size: int
 ) -> Iterator[list[RenderedPage]]:
@@ -364,14 +375,9 @@ class Converter:
         name: str | None = None,
     ) -> Iterator[PageResult]:
         """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results."""
-        document = open_document(
-            source, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
+        document, numbers = open_selection(
+            source, pages, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
         )
-        try:
-            numbers = document.select(pages)
-        except BaseException:
-            document.close()
-            raise
         return self._stream(document, numbers)
 
     def _stream(self, document: Document, numbers: list[int]) -> Iterator[PageResult]:
@@ -427,6 +433,11 @@ def convert(
     dpi: int | None = None,
     max_pixels: int | None = None,
     mode: str | None = None,
+    endpoint: str | Sequence[str] | None = None,
+    served_model: str | None = None,
+    api_key: str | None = None,
+    concurrency: int | None = None,
+    retries: int | None = None,
 ) -> Iterator[PageResult]:
     """Convert a PDF or image (a path or bytes) to Markdown, yielding a :class:`PageResult` per page.
 
@@ -435,7 +446,41 @@ def convert(
     is loaded once and cached for the next call with the same folder, device and dtype. Whole-document
     problems raise :class:`~jina_ocr.documents.DocumentError` here; page problems come back as results
     with ``error`` set. Options left as None use the converter's values.
+
+    With ``endpoint`` (one OpenAI ``base_url`` or several) pages are sent to those servers instead
+    (see :mod:`jina_ocr.endpoints`); the options that belong to the server are refused.
     """
+    if endpoint is None:
+        client_side = dict(
+            served_model=served_model, api_key=api_key, concurrency=concurrency, retries=retries
+        )
+        given = [name for name, value in client_side.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: only with endpoint=")
+    else:
+        server_side = dict(
+            model=model, device=device, dtype=dtype, batch_size=batch_size, use_mtp=use_mtp, mode=mode
+        )
+        given = [name for name, value in server_side.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: set on the server, not with endpoint=")
+        from jina_ocr import endpoints
+
+        given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
+        remote = endpoints.EndpointConverter(
+            endpoint,
+            served_model=served_model,
+            api_key=api_key,
+            policy=endpoints.RetryPolicy() if retries is None else endpoints.RetryPolicy(retries=retries),
+            prompt=prompt,
+            **{key: value for key, value in given.items() if value is not None},
+        )
+        try:
+            results = remote.convert(source, pages, password=password, name=name)
+        except BaseException:
+            remote.close()
+            raise
+        return endpoints.closing_stream(remote, results)
     options = dict(
         batch_size=batch_size,
         max_new_tokens=max_new_tokens,

@@ -25,8 +25,8 @@ if importlib.util.find_spec("vllm") is None:
     )
 
 import torch  # noqa: E402
+from model_edits import rewrite_weights  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
 
 from jina_ocr.vllm import ocr_prompt  # noqa: E402
 
@@ -94,13 +94,6 @@ def run_engine(
     raise AssertionError(f"the vLLM engine failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
 
 
-def rewrite_weights(folder: Path, edit) -> None:
-    path = folder / "model.safetensors"
-    state = load_file(path)
-    edit(state)
-    save_file(state, path, metadata={"format": "pt"})
-
-
 def draw_page(path: Path, size: tuple[int, int]) -> Path:
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
@@ -122,24 +115,6 @@ def big_page(tmp_path_factory) -> Path:
     """A big square page: SPEC's tie rule gives it a 3 x 3 grid of tiles (vLLM's own processor stops at
     6 tiles and would cut 2 x 2), 273 + 30 * 31 = 1203 placeholders."""
     return draw_page(tmp_path_factory.mktemp("pages") / "big.png", (1400, 1400))
-
-
-@pytest.fixture(scope="module")
-def lively_export(tiny_mtp_export, tmp_path_factory) -> Path:
-    """The tiny export with its decoder and head weights scaled up, so that greedy output depends on
-    the context and varies (random weights at init scale repeat one token forever)."""
-    folder = tmp_path_factory.mktemp("lively") / "jina-ocr-tiny"
-    shutil.copytree(tiny_mtp_export, folder)
-
-    def edit(state):
-        for name, tensor in state.items():
-            decoder = name.startswith(("model.layers.", "mtp_module."))
-            if decoder and tensor.ndim == 2 and not name.endswith("mlp.gate.weight"):
-                state[name] = tensor * 6
-        state["lm_head.weight"] = state["lm_head.weight"] * 4
-
-    rewrite_weights(folder, edit)
-    return folder
 
 
 @pytest.fixture(scope="module", params=["post_norm", "pre_norm"])
@@ -229,13 +204,13 @@ def test_entry_point_names_register():
     assert plugins.get("jina_ocr") == "jina_ocr.vllm:register"
 
 
-def test_fastmtp_is_lossless_and_matches_transformers(lively_export, page, big_page, caplog):
+def test_fastmtp_is_lossless_and_matches_transformers(lively_mtp_export, page, big_page, caplog):
     from jina_ocr.vllm import log_speculative_stats
 
     pages = [page, big_page]
-    plain = run_engine(lively_export, pages, depth=0)
-    drafted = run_engine(lively_export, pages, depth=K)
-    image_token = json.loads((lively_export / "config.json").read_text())["image_token_id"]
+    plain = run_engine(lively_mtp_export, pages, depth=0)
+    drafted = run_engine(lively_mtp_export, pages, depth=K)
+    image_token = json.loads((lively_mtp_export / "config.json").read_text())["image_token_id"]
     for path, expected_placeholders, without, with_drafts in zip(
         pages, (273, 1203), plain["pages"], drafted["pages"], strict=True
     ):
@@ -244,7 +219,7 @@ def test_fastmtp_is_lossless_and_matches_transformers(lively_export, page, big_p
         assert with_drafts["tokens"] == tokens
         assert without["prompt_ids"].count(image_token) == expected_placeholders
         # our processor and model in Transformers: the same prompt, the same greedy tokens
-        reference = transformers_generate(lively_export, path, 32)
+        reference = transformers_generate(lively_mtp_export, path, 32)
         assert (reference["prompt_ids"], reference["tokens"]) == (without["prompt_ids"], tokens)
 
     stats = drafted["stats"]
@@ -330,7 +305,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, page, tmp_path):
+def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_mtp_export, page, tmp_path):
     import base64
 
     import httpx
@@ -343,7 +318,7 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, 
     engine = {key.replace("_", "-"): value for key, value in ENGINE.items() if key != "disable_log_stats"}
     args = [f"--{key}={value}" if value is not True else f"--{key}" for key, value in engine.items()]
     server = subprocess.Popen(
-        [sys.executable, "-c", VLLM_CLI, "serve", str(lively_export), "--host=127.0.0.1",
+        [sys.executable, "-c", VLLM_CLI, "serve", str(lively_mtp_export), "--host=127.0.0.1",
          f"--port={port}", "--served-model-name=jina-ocr", "--speculative-config",
          json.dumps({"method": "mtp", "num_speculative_tokens": K}), *args],
         cwd=tmp_path, env=ENV, stdout=log, stderr=subprocess.STDOUT,
@@ -381,7 +356,7 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, 
         # the chat template wrote our default prompt around the page's 273 placeholders, without BOS
         from jina_ocr.remote_code.processing_jina_ocr import JinaOCRProcessor
 
-        processor = JinaOCRProcessor.from_pretrained(lively_export, trust_remote_code=True)
+        processor = JinaOCRProcessor.from_pretrained(lively_mtp_export, trust_remote_code=True)
         assert processor.build_prompt() == ocr_prompt()
         expected = processor(images=[Image.open(page)], text=[ocr_prompt()])["input_ids"].shape[1]
         assert reply.usage.prompt_tokens == expected

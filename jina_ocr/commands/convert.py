@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jina_ocr.commands import _endpoint
 from jina_ocr.commands._options import add_runtime_arguments
 from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
 from jina_ocr.documents import (
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
     )
     add_runtime_arguments(parser)
+    _endpoint.add_arguments(parser)
 
 
 def _expand(inputs: list[str]) -> list[Path]:
@@ -161,6 +163,7 @@ def _check_output_folder(folder: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from jina_ocr.conversion import resolve_device
 
+    _endpoint.check_arguments(args)
     selection = PageSelection.parse(args.pages) if args.pages is not None else None
     suffix = ".md" if args.format == "md" else ".json"
     if args.output is not None:
@@ -192,8 +195,11 @@ def run(args: argparse.Namespace) -> int:
     if not jobs:
         return 1
 
+    converter = None  # a local model is loaded only without --endpoint
+    if args.endpoint:
+        converter, jobs = _endpoint.prepare(args, jobs, suffix)
     try:
-        converter = Converter.from_pretrained(
+        converter = converter or Converter.from_pretrained(
             args.model,
             device=args.device,
             dtype=args.dtype,
@@ -215,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _report("interrupted; files already written are complete, the current one was not written")
         return 130
+    finally:
+        if args.endpoint:
+            converter.close()
     return 1 if failed else 0
 
 
