@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -150,6 +151,20 @@ def render_batches(
         batch.clear()
 
 
+BUNDLED_NOTICE = (
+    "no model given: using the bundled jina-ocr-tiny, a small demo model trained on synthetic printed "
+    "pages, not jina-ocr-v1 (pass --model or set $JINA_OCR_MODEL for a real checkpoint)"
+)
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Print ``message`` on stderr the first time this process asks for it."""
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr)
+
+
 def resolve_model(model: str | os.PathLike | None) -> Path:
     """The model folder to load: ``model`` if given, else ``$JINA_OCR_MODEL``, else the bundled model.
 
@@ -163,6 +178,7 @@ def resolve_model(model: str | os.PathLike | None) -> Path:
     elif (BUNDLED_MODEL / "config.json").is_file():
         from jina_ocr.models import hub_folder
 
+        _say_once(BUNDLED_NOTICE)
         # The bundled model ships as weights, config and tokenizer; its Hub folder is exported with
         # the current code on first use (cached).
         return hub_folder(BUNDLED_MODEL)

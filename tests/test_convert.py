@@ -166,3 +166,21 @@ def test_options_are_validated(converter):
         converter.with_options(batch_size=0)
     with pytest.raises(UserError, match="unknown dtype"):
         Converter.from_pretrained(converter.model.name_or_path, dtype="int4")
+
+
+def test_the_bundled_model_says_once_that_it_is_the_demo_model(tiny_export, tmp_path, monkeypatch, capsys):
+    import jina_ocr.models
+
+    bundled = tmp_path / "bundled"
+    bundled.mkdir()
+    (bundled / "config.json").write_text("{}")
+    monkeypatch.setattr(jina_ocr.models, "hub_folder", lambda files: tiny_export)
+    monkeypatch.setattr(conversion, "BUNDLED_MODEL", bundled)
+    monkeypatch.setattr(conversion, "_said", set())
+    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
+    assert resolve_model(tiny_export) == tiny_export
+    assert capsys.readouterr().err == ""  # an explicit model is not the demo model
+    resolve_model(None)
+    resolve_model(None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bundled jina-ocr-tiny" in err and "not jina-ocr-v1" in err
