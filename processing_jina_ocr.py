@@ -98,6 +98,12 @@ def count_image_tokens(view_size: int, grid: tuple[int, int] | None) -> int:
     return count
 
 
+def max_image_tokens(mode: str) -> int:
+    """The most placeholders one page can take in ``mode`` (with its largest tile grid, if it tiles)."""
+    view_size, tiled = _mode_settings(mode)
+    return max(count_image_tokens(view_size, grid) for grid in [None, *(_GRIDS if tiled else [])])
+
+
 def _mode_settings(mode: str) -> tuple[int, bool]:
     try:
         return MODES[mode.lower()]

@@ -37,22 +37,13 @@ def tiny_mtp_export(tmp_path_factory) -> Path:
     return export_random(folder, preset="tiny", seed=0, mtp=True)
 
 
-def _lively_copy(export: Path, folder: Path) -> Path:
+@pytest.fixture(scope="session")
+def lively_export(tiny_mtp_export, tmp_path_factory) -> Path:
+    """The tiny export (FastMTP on) with its decoder and head weights scaled up (see
+    ``model_edits.make_lively``): its greedy text differs from page to page."""
     from model_edits import make_lively, rewrite_weights
 
-    shutil.copytree(export, folder)
+    folder = tmp_path_factory.mktemp("lively") / "jina-ocr-tiny"
+    shutil.copytree(tiny_mtp_export, folder)
     rewrite_weights(folder, make_lively)
     return folder
-
-
-@pytest.fixture(scope="session")
-def lively_export(tiny_export, tmp_path_factory) -> Path:
-    """The tiny export with its decoder and head weights scaled up (see ``model_edits.make_lively``):
-    its greedy text differs from page to page."""
-    return _lively_copy(tiny_export, tmp_path_factory.mktemp("lively") / "jina-ocr-tiny")
-
-
-@pytest.fixture(scope="session")
-def lively_mtp_export(tiny_mtp_export, tmp_path_factory) -> Path:
-    """The lively export with FastMTP on in its generation config, for the tests of drafting."""
-    return _lively_copy(tiny_mtp_export, tmp_path_factory.mktemp("lively-mtp") / "jina-ocr-tiny")

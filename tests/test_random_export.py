@@ -62,3 +62,21 @@ def test_tiny_positions_hold_the_longest_prompt_and_the_default_budget(tiny_expo
     config = json.loads((tiny_export / "config.json").read_text())
     assert inputs["input_ids"].shape[1] + DEFAULT_MAX_NEW_TOKENS <= config["max_position_embeddings"]
     assert generation_config(tiny_export)["max_new_tokens"] == DEFAULT_MAX_NEW_TOKENS
+
+
+def test_a_short_position_limit_caps_the_output_budget(tmp_path):
+    """A model with 1024 positions read in base mode (273 placeholders, no tiles) gets a generation config
+    whose default output fills exactly what the processor's prompt leaves of the 1024."""
+    from jina_ocr.export.folder import export_folder
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+    from jina_ocr.train.recipe import model_config
+    from jina_ocr.train.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer([])
+    model = JinaOCRForConditionalGeneration(model_config(tokenizer, max_position_embeddings=1024))
+    out = export_folder(
+        tmp_path / "short", config=model.config, model=model, tokenizer=tokenizer, processor_mode="base"
+    )
+    processor = JinaOCRProcessor.from_pretrained(out, trust_remote_code=True)
+    prompt = processor.prepare_ocr_inputs(Image.new("RGB", (839, 1191), "white"))["input_ids"].shape[1]
+    assert generation_config(out)["max_new_tokens"] == 1024 - prompt < DEFAULT_MAX_NEW_TOKENS

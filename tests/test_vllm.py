@@ -204,13 +204,13 @@ def test_entry_point_names_register():
     assert plugins.get("jina_ocr") == "jina_ocr.vllm:register"
 
 
-def test_fastmtp_is_lossless_and_matches_transformers(lively_mtp_export, page, big_page, caplog):
+def test_fastmtp_is_lossless_and_matches_transformers(lively_export, page, big_page, caplog):
     from jina_ocr.vllm import log_speculative_stats
 
     pages = [page, big_page]
-    plain = run_engine(lively_mtp_export, pages, depth=0)
-    drafted = run_engine(lively_mtp_export, pages, depth=K)
-    image_token = json.loads((lively_mtp_export / "config.json").read_text())["image_token_id"]
+    plain = run_engine(lively_export, pages, depth=0)
+    drafted = run_engine(lively_export, pages, depth=K)
+    image_token = json.loads((lively_export / "config.json").read_text())["image_token_id"]
     for path, expected_placeholders, without, with_drafts in zip(
         pages, (273, 1203), plain["pages"], drafted["pages"], strict=True
     ):
@@ -219,7 +219,7 @@ def test_fastmtp_is_lossless_and_matches_transformers(lively_mtp_export, page, b
         assert with_drafts["tokens"] == tokens
         assert without["prompt_ids"].count(image_token) == expected_placeholders
         # our processor and model in Transformers: the same prompt, the same greedy tokens
-        reference = transformers_generate(lively_mtp_export, path, 32)
+        reference = transformers_generate(lively_export, path, 32)
         assert (reference["prompt_ids"], reference["tokens"]) == (without["prompt_ids"], tokens)
 
     stats = drafted["stats"]
@@ -305,7 +305,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_mtp_export, page, tmp_path):
+def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, page, tmp_path):
     import base64
 
     import httpx
@@ -318,7 +318,7 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_mtp_expo
     engine = {key.replace("_", "-"): value for key, value in ENGINE.items() if key != "disable_log_stats"}
     args = [f"--{key}={value}" if value is not True else f"--{key}" for key, value in engine.items()]
     server = subprocess.Popen(
-        [sys.executable, "-c", VLLM_CLI, "serve", str(lively_mtp_export), "--host=127.0.0.1",
+        [sys.executable, "-c", VLLM_CLI, "serve", str(lively_export), "--host=127.0.0.1",
          f"--port={port}", "--served-model-name=jina-ocr", "--speculative-config",
          json.dumps({"method": "mtp", "num_speculative_tokens": K}), *args],
         cwd=tmp_path, env=ENV, stdout=log, stderr=subprocess.STDOUT,
@@ -356,7 +356,7 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_mtp_expo
         # the chat template wrote our default prompt around the page's 273 placeholders, without BOS
         from jina_ocr.remote_code.processing_jina_ocr import JinaOCRProcessor
 
-        processor = JinaOCRProcessor.from_pretrained(lively_mtp_export, trust_remote_code=True)
+        processor = JinaOCRProcessor.from_pretrained(lively_export, trust_remote_code=True)
         assert processor.build_prompt() == ocr_prompt()
         expected = processor(images=[Image.open(page)], text=[ocr_prompt()])["input_ids"].shape[1]
         assert reply.usage.prompt_tokens == expected

@@ -1,7 +1,9 @@
-"""Training of small jina-ocr models on JinaOCRSynth pages: tokenizer, supervised fine-tuning, FastMTP head.
+"""Training of small jina-ocr models on printed drill and JinaOCRSynth pages.
 
-The pieces follow the order of a run: :mod:`~jina_ocr.train.tokenizer` learns a byte-level BPE from
-synthetic ground truth, :mod:`~jina_ocr.train.sft` trains the whole model with teacher forcing, and
-:mod:`~jina_ocr.train.mtp` trains the FastMTP head on the frozen model's own greedy outputs.
-:mod:`~jina_ocr.train.recipe` holds the one place where the page distribution and model size are set.
+The pieces follow the order of a run: :mod:`~jina_ocr.train.tokenizer` makes the byte-level tokenizer,
+:mod:`~jina_ocr.train.sft` trains the whole model with teacher forcing plus the training-only glyph and
+alignment losses of :mod:`~jina_ocr.train.supervision` (targets from :mod:`~jina_ocr.train.glyphs`),
+:mod:`~jina_ocr.train.mtp` trains the FastMTP head on the frozen model's own greedy outputs, and
+:mod:`~jina_ocr.train.bundle` ships a result as the package's jina-ocr-tiny.
+:mod:`~jina_ocr.train.recipe` holds the one place where the curriculum, page mix and model size are set.
 """

@@ -1,5 +1,6 @@
-"""``generation_config.json``: greedy, 4096 new tokens, FastMTP on when the checkpoint has a head (the
-export's ``use_mtp`` option may say otherwise), and the loop guard on (SPEC sections 5 and 6).
+"""``generation_config.json``: greedy, 4096 new tokens (fewer when the longest prompt plus 4096 would pass
+the model's position limit), FastMTP on when the checkpoint has a head (the export's ``use_mtp`` option
+may say otherwise), and the loop guard on (SPEC sections 5 and 6).
 
 ``save_pretrained`` of the weights part writes a generation config derived from the model config
 (``"_from_model_config": true``), and on load such a file silently drops custom keys; this part
@@ -25,6 +26,7 @@ from jina_ocr.remote_code.generation.settings import (
     REAL_VOCAB_SIZE,
     STEPS_KEY,
 )
+from jina_ocr.remote_code.processing_jina_ocr import JinaOCRImageProcessor, jina_request, max_image_tokens
 
 
 def exempt_token_ids(config, tokenizer) -> list[int]:
@@ -35,7 +37,19 @@ def exempt_token_ids(config, tokenizer) -> list[int]:
     return list(REAL_EXEMPT_TOKEN_IDS) if config.vocab_size == REAL_VOCAB_SIZE else []
 
 
-def build_generation_config(config, tokenizer=None, use_mtp: bool | None = None) -> GenerationConfig:
+def max_new_tokens_for(config, tokenizer=None, mode: str = JinaOCRImageProcessor.mode) -> int:
+    """The default output budget, cut so that the longest one-page prompt of ``mode`` (its largest tile
+    grid and the default instruction) plus the output fits ``max_position_embeddings``."""
+    if tokenizer is None:
+        return DEFAULT_MAX_NEW_TOKENS
+    request = tokenizer.encode(jina_request(), add_special_tokens=False)  # one <image> marker among them
+    longest_prompt = len(request) - 1 + max_image_tokens(mode)
+    return max(1, min(DEFAULT_MAX_NEW_TOKENS, config.max_position_embeddings - longest_prompt))
+
+
+def build_generation_config(
+    config, tokenizer=None, use_mtp: bool | None = None, mode: str = JinaOCRImageProcessor.mode
+) -> GenerationConfig:
     """The folder's decoding defaults; ``use_mtp`` None means FastMTP on exactly when there is a head."""
     head = bool(config.num_nextn_predict_layers)
     if use_mtp is None:
@@ -48,7 +62,7 @@ def build_generation_config(config, tokenizer=None, use_mtp: bool | None = None)
         pad_token_id=config.pad_token_id,
         do_sample=False,
         num_beams=1,
-        max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens=max_new_tokens_for(config, tokenizer, mode),
         use_mtp=use_mtp,
         **{
             STEPS_KEY: config.mtp_num_speculative_steps,
@@ -62,4 +76,5 @@ def build_generation_config(config, tokenizer=None, use_mtp: bool | None = None)
 @contribution("generation_config", order=50)
 def write_generation_config(ctx: ExportContext) -> None:
     use_mtp = ctx.options.get("use_mtp")
-    build_generation_config(ctx.config, ctx.tokenizer, use_mtp).save_pretrained(ctx.out_dir)
+    mode = ctx.options.get("processor_mode", JinaOCRImageProcessor.mode)
+    build_generation_config(ctx.config, ctx.tokenizer, use_mtp, mode).save_pretrained(ctx.out_dir)
