@@ -473,18 +473,23 @@ class JinaOCRMoE(nn.Module):
         return (routed + self.shared_experts(x)).view(shape)
 
     def dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Grouped dispatch with one read from the device per layer: the token count of every expert.
+
+        The counts decide which expert modules run (the weights live in one module per expert, the
+        checkpoint's layout), so they must reach the host once; everything else (the sort, the gather
+        and the weighted scatter back) stays on the device.
+        """
         tokens, top_k = experts.shape
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts)
-        active = counts.nonzero().flatten()
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
         grouped = x[order // top_k]
         outputs = torch.empty_like(grouped)
         start = 0
-        for expert, count in zip(active.tolist(), counts[active].tolist(), strict=True):
-            end = start + count
-            outputs[start:end] = self.experts[expert](grouped[start:end])
-            start = end
+        for expert, count in enumerate(counts):
+            if count:
+                outputs[start : start + count] = self.experts[expert](grouped[start : start + count])
+                start += count
         per_slot = torch.empty_like(outputs)
         per_slot[order] = outputs
         per_slot = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
@@ -500,6 +505,8 @@ class JinaOCRDecoderLayer(GradientCheckpointingLayer):
         self.mlp = JinaOCRMoE(config) if moe else JinaOCRMLP(config.hidden_size, config.intermediate_size)
 
     def forward(self, x, position_embeddings, attention_mask=None, cache=None, **kwargs):
+        """``kwargs`` reach the attention function (as in Transformers' models), e.g. flash attention's
+        sequence-packing inputs."""
         x = x + self.self_attn(self.input_layernorm(x), position_embeddings, attention_mask, cache, **kwargs)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -515,12 +522,13 @@ def decoder_attention_mask(
     """The mask the attention function expects: causal plus key padding.
 
     Eager and sdpa take an additive (B, 1, q, kv) mask; flash attention takes the 2D padding mask
-    and applies causality itself. None when nothing needs masking (one query, no padding).
+    and applies causality itself. None only when nothing can need masking (one query and no 2D
+    mask). Whether a given 2D mask holds padding is never read back from the device: that would
+    stall every decode step on a GPU, while building the small mask costs next to nothing.
     """
-    padded = attention_mask is not None and not bool(attention_mask.all())
     if implementation is not None and "flash" in implementation:
-        return attention_mask if padded else None
-    if query_length == 1 and not padded:
+        return attention_mask
+    if attention_mask is None and query_length == 1:
         return None
     kv_length = past_length + query_length
     key_pos = torch.arange(kv_length, device=device)
@@ -806,7 +814,7 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         )
         hidden = inputs_embeds
         for layer in self.layers:
-            hidden = layer(hidden, rope, mask, cache)
+            hidden = layer(hidden, rope, mask, cache, **kwargs)
         return with_cache(
             JinaOCRModelOutput,
             cache if use_cache else None,
@@ -910,6 +918,7 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             pixel_values_local=pixel_values_local,
             image_grids=image_grids,
             use_cache=use_cache,
+            **kwargs,
         )
         hidden = outputs.last_hidden_state
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
