@@ -951,7 +951,8 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         """``GenerationMixin.generate`` plus FastMTP and the loop guard (generation/dispatch.py).
 
         Extra options, each defaulting to ``generation_config.json``: ``use_mtp`` (FastMTP on or off),
-        ``mtp_num_speculative_steps`` (1..K drafts per step), ``loop_guard_ngram_size`` (0 turns the
+        ``mtp_num_speculative_steps`` (1..K drafts per step, the upper bound), ``mtp_adaptive_drafting`` (draft
+        fewer while drafts fail, on by default), ``loop_guard_ngram_size`` (0 turns the
         no-repeat guard off), ``loop_guard_window``, ``loop_guard_exempt_token_ids``. After a FastMTP
         call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
         """

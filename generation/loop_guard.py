@@ -44,26 +44,34 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
         self.prompt_length = prompt_length
         self.exempt = torch.tensor(sorted(set(exempt_token_ids)), dtype=torch.long)
 
-    def banned_tokens(self, generated: torch.Tensor) -> torch.Tensor:
-        """Token ids banned as the next token after the 1-D ``generated`` history."""
+    def recent(self, generated: torch.Tensor) -> torch.Tensor:
+        """The last ``window`` tokens of each row of the (R, L) ``generated``, right-aligned; rows
+        shorter than the window are padded on the left with -1, which matches no token."""
+        missing = self.window - generated.shape[-1]
+        if missing <= 0:
+            return generated[..., -self.window :]
+        return torch.cat([generated.new_full((*generated.shape[:-1], missing), -1), generated], dim=-1)
+
+    def banned_mask(self, recent: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """(..., window) right-aligned histories (see ``recent``) -> (..., vocab_size) bool, True for a
+        token banned as the next one. All rows at once, without reading anything back to the host."""
         n = self.ngram_size
-        length = generated.shape[0]
-        region = generated[max(0, length - self.window) :]
-        if region.shape[0] < n:
-            return generated.new_empty(0)
-        grams = region.unfold(0, n, 1)  # every n-gram starting inside the window, oldest first
-        hits = (grams[:, :-1] == generated[length - n + 1 :]).all(dim=1)
-        banned = grams[hits, -1]
-        if banned.numel() and self.exempt.numel():
-            banned = banned[~torch.isin(banned, self.exempt.to(banned.device))]
+        grams = recent.unfold(-1, n, 1)  # every n-gram starting inside the window, oldest first
+        suffix = recent[..., -(n - 1) :]
+        hits = (grams[..., :-1] == suffix[..., None, :]).all(dim=-1) & (suffix >= 0).all(dim=-1)[..., None]
+        banned = torch.zeros(*recent.shape[:-1], vocab_size + 1, dtype=torch.bool, device=recent.device)
+        banned.scatter_(-1, torch.where(hits, grams[..., -1], vocab_size), True)  # misses: the spare column
+        banned = banned[..., :vocab_size]
+        exempt = self.exempt[self.exempt < vocab_size]  # a host tensor: no device read
+        if exempt.numel():
+            banned[..., exempt.to(recent.device)] = False
         return banned
 
+    def banned_tokens(self, generated: torch.Tensor) -> torch.Tensor:
+        """Token ids banned as the next token after the 1-D ``generated`` history, ascending."""
+        vocab_size = int(generated.max()) + 1 if generated.numel() else 0
+        return self.banned_mask(self.recent(generated[None]), vocab_size)[0].nonzero().flatten()
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        processed = scores
-        for row in range(input_ids.shape[0]):
-            banned = self.banned_tokens(input_ids[row, self.prompt_length :])
-            if banned.numel():
-                if processed is scores:
-                    processed = scores.clone()
-                processed[row, banned] = -float("inf")
-        return processed
+        banned = self.banned_mask(self.recent(input_ids[:, self.prompt_length :]), scores.shape[-1])
+        return scores.masked_fill(banned, -float("inf"))
