@@ -92,33 +92,33 @@ def check_batched_options(generation_config, extra_inputs: dict, **call_options)
 
 
 class _Guard:
-    """The loop guard over the rows of the batch: each row's last ``window`` generated tokens, on the
-    device, right-aligned (see ``SlidingWindowNoRepeatNGram.recent``)."""
+    """The loop guard over the rows of the batch: each row's last generated tokens (at most
+    ``window``) on the device, right-aligned; rows with shorter histories are padded with -1 on the
+    left, and the buffer is only as wide as the longest history."""
 
     def __init__(self, loop_guard, batch: int, device):
         self.rule = loop_guard
-        self.recent = (
-            None if loop_guard is None else loop_guard.recent(torch.empty(batch, 0, dtype=torch.long))
-        )
-        if self.recent is not None:
-            self.recent = self.recent.to(device)
+        self.recent = torch.empty(batch, 0, dtype=torch.long, device=device)
 
     def choose(self, logits: torch.Tensor, ahead: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy tokens for (A, q, V) ``logits``: entry j continues each row's history followed by
         the tokens of ``ahead`` (A, m >= q - 1) up to column m - q + j (the tokens before it)."""
         if self.rule is None:
             return logits.argmax(dim=-1)
-        q, window = logits.shape[1], self.recent.shape[1]
-        history = self.recent if ahead is None else torch.cat([self.recent, ahead], dim=1)
-        windows = history.unfold(1, window, 1)[:, -q:]  # (A, q, window), the last one ends with ahead
+        q = logits.shape[1]
+        ahead = self.recent[:, :0] if ahead is None else ahead
+        size = min(self.rule.window, self.recent.shape[1] + ahead.shape[1])
+        history = torch.cat([self.recent.new_full((self.recent.shape[0], q - 1), -1), self.recent, ahead], 1)
+        windows = history.unfold(1, size, 1)[:, -q:]  # (A, q, size), the last one ends with ahead
         return logits.masked_fill(self.rule.banned_mask(windows, logits.shape[-1]), -float("inf")).argmax(-1)
 
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
-        """Append the first ``counts[i]`` of ``tokens[i]`` to row i's history."""
+        """Append the first ``counts[i]`` of the (A, q) ``tokens[i]`` to row i's history."""
         if self.rule is not None:
-            window = self.recent.shape[1]
-            extended = torch.cat([self.recent, tokens], dim=1)
-            columns = counts[:, None] + torch.arange(window, device=tokens.device)
+            q, width = tokens.shape[1], self.recent.shape[1]
+            size = min(self.rule.window, width + q)
+            extended = torch.cat([self.recent.new_full((tokens.shape[0], q), -1), self.recent, tokens], dim=1)
+            columns = counts[:, None] + (q + width - size) + torch.arange(size, device=tokens.device)
             self.recent = extended.gather(1, columns)
 
     def select(self, rows: torch.Tensor) -> None:

@@ -45,22 +45,27 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
         self.exempt = torch.tensor(sorted(set(exempt_token_ids)), dtype=torch.long)
 
     def recent(self, generated: torch.Tensor) -> torch.Tensor:
-        """The last ``window`` tokens of each row of the (R, L) ``generated``, right-aligned; rows
-        shorter than the window are padded on the left with -1, which matches no token."""
-        missing = self.window - generated.shape[-1]
-        if missing <= 0:
-            return generated[..., -self.window :]
-        return torch.cat([generated.new_full((*generated.shape[:-1], missing), -1), generated], dim=-1)
+        """The last ``window`` tokens (or fewer, when fewer were generated) of each row of the (R, L)
+        ``generated``: the only tokens the rule reads."""
+        return generated[..., -self.window :] if generated.shape[-1] > self.window else generated
 
     def banned_mask(self, recent: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """(..., window) right-aligned histories (see ``recent``) -> (..., vocab_size) bool, True for a
-        token banned as the next one. All rows at once, without reading anything back to the host."""
+        """(..., w) histories, w <= ``window``, right-aligned (a row with a shorter history is padded on
+        the left with -1, which matches no token) -> (..., vocab_size) bool, True for a token banned as
+        the next one. All rows at once, without reading anything back to the host."""
         n = self.ngram_size
-        grams = recent.unfold(-1, n, 1)  # every n-gram starting inside the window, oldest first
-        suffix = recent[..., -(n - 1) :]
-        hits = (grams[..., :-1] == suffix[..., None, :]).all(dim=-1) & (suffix >= 0).all(dim=-1)[..., None]
         banned = torch.zeros(*recent.shape[:-1], vocab_size + 1, dtype=torch.bool, device=recent.device)
-        banned.scatter_(-1, torch.where(hits, grams[..., -1], vocab_size), True)  # misses: the spare column
+        grams = recent.shape[-1] - n + 1  # n-grams starting inside the window, oldest first
+        if grams < 1:
+            return banned[..., :vocab_size]
+        suffix = recent[..., -(n - 1) :]
+        # Gram j is a hit when its first n-1 tokens equal the suffix; comparing one offset at a time
+        # over contiguous slices is several times faster than comparing an unfolded (..., j, n) view.
+        hits = suffix[..., :1] >= 0  # padding is on the left: a full suffix starts with a real token
+        for offset in range(n - 1):
+            hits = hits & (recent[..., offset : offset + grams] == suffix[..., offset : offset + 1])
+        following = recent[..., n - 1 :]  # the token after each gram's first n-1
+        banned.scatter_(-1, torch.where(hits, following, vocab_size), True)  # misses: the spare column
         banned = banned[..., :vocab_size]
         exempt = self.exempt[self.exempt < vocab_size]  # a host tensor: no device read
         if exempt.numel():
