@@ -31,7 +31,13 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
-from .compat_jina_ocr import check_transformers_version, output_cache, resolve_cache, with_cache
+from .compat_jina_ocr import (
+    check_transformers_version,
+    output_cache,
+    resolve_cache,
+    static_cache_length,
+    with_cache,
+)
 from .configuration_jina_ocr import JinaOCRConfig
 from .generation.dispatch import generate as fastmtp_generate
 from .generation.hooks import install as install_generation_hooks
@@ -514,10 +520,11 @@ class JinaOCRDecoderLayer(GradientCheckpointingLayer):
 def decoder_attention_mask(
     attention_mask: torch.Tensor | None,
     query_length: int,
-    past_length: int,
+    past_length: int | torch.Tensor,
     dtype: torch.dtype,
     device: torch.device,
     implementation: str | None,
+    cache_length: int | None = None,
 ) -> torch.Tensor | None:
     """The mask the attention function expects: causal plus key padding.
 
@@ -525,16 +532,28 @@ def decoder_attention_mask(
     and applies causality itself. None only when nothing can need masking (one query and no 2D
     mask). Whether a given 2D mask holds padding is never read back from the device: that would
     stall every decode step on a GPU, while building the small mask costs next to nothing.
+
+    A static cache returns keys for all ``cache_length`` slots, the unwritten ones included; the
+    causal rule masks those (they lie after every query), and ``past_length`` may then be a device
+    tensor. A 4D mask (what Transformers' ``generate`` builds for static caches) is used as given.
     """
+    if attention_mask is not None and attention_mask.ndim == 4:
+        if attention_mask.dtype != torch.bool:
+            return attention_mask.to(dtype)
+        return torch.zeros(attention_mask.shape, dtype=dtype, device=device).masked_fill(
+            ~attention_mask, torch.finfo(dtype).min
+        )
     if implementation is not None and "flash" in implementation:
         return attention_mask
-    if attention_mask is None and query_length == 1:
+    if attention_mask is None and query_length == 1 and cache_length is None:
         return None
-    kv_length = past_length + query_length
+    kv_length = past_length + query_length if cache_length is None else cache_length
     key_pos = torch.arange(kv_length, device=device)
-    query_pos = torch.arange(past_length, kv_length, device=device)
+    query_pos = past_length + torch.arange(query_length, device=device)
     allowed = (key_pos[None, :] <= query_pos[:, None])[None, None]
     if attention_mask is not None:
+        if cache_length is not None:  # the 2D mask covers the written slots only
+            attention_mask = F.pad(attention_mask, (0, max(0, kv_length - attention_mask.shape[1])))
         allowed = allowed & attention_mask[:, None, None, -kv_length:].bool()
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
         ~allowed, torch.finfo(dtype).min
@@ -542,11 +561,14 @@ def decoder_attention_mask(
 
 
 def positions_from_mask(
-    attention_mask: torch.Tensor | None, query_length: int, past_length: int, device: torch.device
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int | torch.Tensor,
+    device: torch.device,
 ) -> torch.Tensor:
     """Position ids 0..L-1 counted over real tokens, so left padding does not shift a page's positions."""
-    if attention_mask is None:
-        return torch.arange(past_length, past_length + query_length, device=device)[None]
+    if attention_mask is None or attention_mask.ndim == 4:
+        return (past_length + torch.arange(query_length, device=device))[None]
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.clamp(min=0)[:, -query_length:]
 
@@ -787,10 +809,13 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache()
+        # A static cache counts its tokens on the device; reading that count would stall a GPU, so it
+        # is read only when pixel inputs make the answer matter.
         past_length = cache.get_seq_length() if cache is not None else 0
+        cache_length = static_cache_length(cache)
         # Images are encoded once, on the forward that starts the sequence; later decode steps may
         # still carry the pixel inputs (older releases do not drop them) and ignore them.
-        if pixel_values is not None and past_length == 0:
+        if pixel_values is not None and int(past_length) == 0:
             if input_ids is None:
                 raise ValueError("images need input_ids to find their <image> placeholders")
             features = self.get_image_features(pixel_values, pixel_values_local, image_grids)
@@ -808,6 +833,7 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
             inputs_embeds.dtype,
             inputs_embeds.device,
             self.config._attn_implementation,
+            cache_length,
         )
         rope = rotary_embedding(
             position_ids, self.config.decoder_head_dim, self.config.rope_theta, inputs_embeds.dtype

@@ -67,6 +67,7 @@ _NEUTRAL_OPTIONS = {
     "token_healing": False,
     "prompt_lookup_num_tokens": None,
     "assistant_early_exit": None,
+    "cache_implementation": None,  # the loop keeps dynamic caches, which it compacts
 }
 # Model inputs the batched loop passes to the prefill forward.
 _FORWARD_INPUTS = ("pixel_values", "pixel_values_local", "image_grids")

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import pytest
 import torch
-from fastmtp_helpers import small_model
+from fastmtp_helpers import OracleHead, generate, page_batch, small_model
+from transformers import StaticCache
 
 from jina_ocr.remote_code import modeling_jina_ocr
 from jina_ocr.remote_code.compat_jina_ocr import output_cache
 
+GUARD = {"loop_guard_ngram_size": 2, "loop_guard_window": 12}  # keeps the random model out of loops
 READ_BACKS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero")
 
 
@@ -81,3 +84,46 @@ def test_forward_kwargs_reach_the_attention_function(monkeypatch):
     with torch.no_grad():
         model(input_ids=torch.tensor([[3, 4, 5]]), marker="passed")
     assert seen == ["passed"] * model.config.num_hidden_layers
+
+
+def test_static_cache_gives_the_dynamic_cache_tokens(monkeypatch):
+    """Greedy and FastMTP decode with ``cache_implementation="static"`` exactly the tokens of the
+    dynamic cache (float64): with a random head (drafts rejected, the static cache cropped) and with
+    the oracle head (drafts accepted)."""
+    model = small_model(seed=3, hidden_size=48)
+    options = {"max_new_tokens": 14, "mtp_adaptive_drafting": False, **GUARD}
+    for seed in (5, 6):
+        inputs = page_batch(seed, [128], model.config.vocab_size)
+        dynamic = generate(model, inputs, use_mtp=False, **options)
+        static = generate(model, inputs, use_mtp=False, cache_implementation="static", **options)
+        assert static.tolist() == dynamic.tolist()
+        fast = generate(model, inputs, use_mtp=True, cache_implementation="static", **options)
+        assert fast.tolist() == dynamic.tolist()
+        assert model.fastmtp_stats["drafted_per_depth"][0] >= 4
+        with monkeypatch.context() as patch:
+            patch.setitem(model.mtp_module.heads._modules, "0", OracleHead(model, dynamic, [0]))
+            fast = generate(model, inputs, use_mtp=True, cache_implementation="static", **options)
+        assert fast.tolist() == dynamic.tolist()
+        stats = model.fastmtp_stats
+        assert stats["accepted_per_depth"][-1] >= 2 and stats["committed_per_step"] > 2
+
+
+def test_static_cache_decode_step_reads_back_only_the_expert_counts(monkeypatch):
+    model = small_model(seed=0)
+    ids = torch.tensor([[3, 4, 5, 6, 8]])
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with torch.no_grad():
+        out = model(input_ids=ids, cache=cache, use_cache=True)
+        token = out.logits[:, -1:].argmax(-1)
+        with counting_read_backs(monkeypatch) as calls:
+            step = model(input_ids=token, cache=cache, use_cache=True).logits[0, -1]
+        dynamic = model(input_ids=torch.cat([ids, token], dim=1)).logits[0, -1]
+    assert calls == ["tolist"] * 2
+    torch.testing.assert_close(step, dynamic, rtol=1e-10, atol=1e-10)
+
+
+def test_static_cache_with_batched_fastmtp_is_refused_by_name():
+    model = small_model(seed=0)
+    inputs = page_batch(7, [128, 128], model.config.vocab_size)
+    with pytest.raises(ValueError, match="cache_implementation='static'.*use_mtp=False"):
+        generate(model, inputs, use_mtp=True, cache_implementation="static")
