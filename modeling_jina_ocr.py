@@ -486,6 +486,9 @@ class JinaOCRMoE(nn.Module):
         and the weighted scatter back) stays on the device.
         """
         tokens, top_k = experts.shape
+        if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
+            outputs = torch.cat([self.experts[expert](x) for expert in experts[0].tolist()])
+            return self._combine(outputs, weights)
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
@@ -498,8 +501,14 @@ class JinaOCRMoE(nn.Module):
                 start += count
         per_slot = torch.empty_like(outputs)
         per_slot[order] = outputs
-        per_slot = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
-        return per_slot.sum(dim=1).to(x.dtype)
+        return self._combine(per_slot, weights)
+
+    @staticmethod
+    def _combine(per_slot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(tokens * k, hidden) expert outputs in slot order -> their weighted sum per token."""
+        tokens, top_k = weights.shape
+        weighted = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
+        return weighted.sum(dim=1).to(per_slot.dtype)
 
 
 class JinaOCRDecoderLayer(GradientCheckpointingLayer):
