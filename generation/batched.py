@@ -123,8 +123,7 @@ class _Guard:
             self.recent = extended.gather(1, columns)
 
     def select(self, rows: torch.Tensor) -> None:
-        if self.recent is not None:
-            self.recent = self.recent[rows]
+        self.recent = self.recent[rows]
 
 
 @torch.no_grad()

@@ -17,6 +17,10 @@ up to h_{n-1}:
    holds exactly one entry per committed pair built from a main-model state, so the next step's
    accepted tokens are re-read with the main model's states, never with the head's own guesses.
 
+A step that drafts nothing (adaptive drafting, generation/adaptive.py) leaves its new pairs unread;
+the next step that drafts consumes all of them at once, so the head cache still holds one entry per
+committed pair.
+
 ``FastMTPDrafter`` is shared by the library's assisted-decoding loop at batch size 1
 (``FastMTPCandidateGenerator``) and by our batched loop (``batched.py``). Rows of a batch may own a
 different number of new pairs; the pairs are padded to a common width and the padding is masked in
