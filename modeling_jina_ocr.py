@@ -478,12 +478,15 @@ class JinaOCRMoE(nn.Module):
         routed = self.dispatch(x, weights, experts)
         return (routed + self.shared_experts(x)).view(shape)
 
+    @torch.compiler.disable
     def dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """Grouped dispatch with one read from the device per layer: the token count of every expert.
 
         The counts decide which expert modules run (the weights live in one module per expert, the
         checkpoint's layout), so they must reach the host once; everything else (the sort, the gather
-        and the weighted scatter back) stays on the device.
+        and the weighted scatter back) stays on the device. ``torch.compile`` leaves this
+        data-dependent loop to eager mode: the graph breaks once per MoE layer instead of tracing it
+        (which recompiles the decoder layers until the compiler gives up).
         """
         tokens, top_k = experts.shape
         if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
