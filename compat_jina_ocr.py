@@ -3,6 +3,9 @@
 - The cache argument of ``forward`` and the cache field of model outputs are ``past_key_values``
   up to 5.23 and ``cache`` from 5.24: forwards accept both names and outputs are built with the field
   name of the installed release.
+- A static cache (``cache_implementation="static"``) keeps its token count on the device from
+  5.17 on (``StaticLayer.cumulative_length``) and returns keys for all its slots; ``static_cache_length``
+  is the one place that recognises one.
 - Importing the remote code on a release outside the range fails (too old) or warns (newer than
   the newest release we tested) with a message that names the range.
 """
@@ -57,3 +60,11 @@ def with_cache(output_class, cache, **fields):
 def output_cache(output):
     """The cache stored in a model output, whatever the installed release calls the field."""
     return getattr(output, CACHE_FIELD)
+
+
+def static_cache_length(cache) -> int | None:
+    """The slot count of a cache that returns keys for all its slots (a static cache), else None."""
+    if cache is None or not getattr(cache, "is_compileable", False):
+        return None
+    length = cache.get_max_length()
+    return length if isinstance(length, int) and length > 0 else None

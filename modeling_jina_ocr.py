@@ -31,7 +31,13 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
-from .compat_jina_ocr import check_transformers_version, output_cache, resolve_cache, with_cache
+from .compat_jina_ocr import (
+    check_transformers_version,
+    output_cache,
+    resolve_cache,
+    static_cache_length,
+    with_cache,
+)
 from .configuration_jina_ocr import JinaOCRConfig
 from .generation.dispatch import generate as fastmtp_generate
 from .generation.hooks import install as install_generation_hooks
@@ -472,23 +478,40 @@ class JinaOCRMoE(nn.Module):
         routed = self.dispatch(x, weights, experts)
         return (routed + self.shared_experts(x)).view(shape)
 
+    @torch.compiler.disable
     def dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Grouped dispatch with one read from the device per layer: the token count of every expert.
+
+        The counts decide which expert modules run (the weights live in one module per expert, the
+        checkpoint's layout), so they must reach the host once; everything else (the sort, the gather
+        and the weighted scatter back) stays on the device. ``torch.compile`` leaves this
+        data-dependent loop to eager mode: the graph breaks once per MoE layer instead of tracing it
+        (which recompiles the decoder layers until the compiler gives up).
+        """
         tokens, top_k = experts.shape
+        if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
+            outputs = torch.cat([self.experts[expert](x) for expert in experts[0].tolist()])
+            return self._combine(outputs, weights)
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts)
-        active = counts.nonzero().flatten()
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
         grouped = x[order // top_k]
         outputs = torch.empty_like(grouped)
         start = 0
-        for expert, count in zip(active.tolist(), counts[active].tolist(), strict=True):
-            end = start + count
-            outputs[start:end] = self.experts[expert](grouped[start:end])
-            start = end
+        for expert, count in enumerate(counts):
+            if count:
+                outputs[start : start + count] = self.experts[expert](grouped[start : start + count])
+                start += count
         per_slot = torch.empty_like(outputs)
         per_slot[order] = outputs
-        per_slot = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
-        return per_slot.sum(dim=1).to(x.dtype)
+        return self._combine(per_slot, weights)
+
+    @staticmethod
+    def _combine(per_slot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(tokens * k, hidden) expert outputs in slot order -> their weighted sum per token."""
+        tokens, top_k = weights.shape
+        weighted = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
+        return weighted.sum(dim=1).to(per_slot.dtype)
 
 
 class JinaOCRDecoderLayer(GradientCheckpointingLayer):
@@ -500,6 +523,8 @@ class JinaOCRDecoderLayer(GradientCheckpointingLayer):
         self.mlp = JinaOCRMoE(config) if moe else JinaOCRMLP(config.hidden_size, config.intermediate_size)
 
     def forward(self, x, position_embeddings, attention_mask=None, cache=None, **kwargs):
+        """``kwargs`` reach the attention function (as in Transformers' models), e.g. flash attention's
+        sequence-packing inputs."""
         x = x + self.self_attn(self.input_layernorm(x), position_embeddings, attention_mask, cache, **kwargs)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -507,26 +532,40 @@ class JinaOCRDecoderLayer(GradientCheckpointingLayer):
 def decoder_attention_mask(
     attention_mask: torch.Tensor | None,
     query_length: int,
-    past_length: int,
+    past_length: int | torch.Tensor,
     dtype: torch.dtype,
     device: torch.device,
     implementation: str | None,
+    cache_length: int | None = None,
 ) -> torch.Tensor | None:
     """The mask the attention function expects: causal plus key padding.
 
     Eager and sdpa take an additive (B, 1, q, kv) mask; flash attention takes the 2D padding mask
-    and applies causality itself. None when nothing needs masking (one query, no padding).
+    and applies causality itself. None only when nothing can need masking (one query and no 2D
+    mask). Whether a given 2D mask holds padding is never read back from the device: that would
+    stall every decode step on a GPU, while building the small mask costs next to nothing.
+
+    A static cache returns keys for all ``cache_length`` slots, the unwritten ones included; the
+    causal rule masks those (they lie after every query), and ``past_length`` may then be a device
+    tensor. A 4D mask (what Transformers' ``generate`` builds for static caches) is used as given.
     """
-    padded = attention_mask is not None and not bool(attention_mask.all())
+    if attention_mask is not None and attention_mask.ndim == 4:
+        if attention_mask.dtype != torch.bool:
+            return attention_mask.to(dtype)
+        return torch.zeros(attention_mask.shape, dtype=dtype, device=device).masked_fill(
+            ~attention_mask, torch.finfo(dtype).min
+        )
     if implementation is not None and "flash" in implementation:
-        return attention_mask if padded else None
-    if query_length == 1 and not padded:
+        return attention_mask
+    if attention_mask is None and query_length == 1 and cache_length is None:
         return None
-    kv_length = past_length + query_length
+    kv_length = past_length + query_length if cache_length is None else cache_length
     key_pos = torch.arange(kv_length, device=device)
-    query_pos = torch.arange(past_length, kv_length, device=device)
+    query_pos = past_length + torch.arange(query_length, device=device)
     allowed = (key_pos[None, :] <= query_pos[:, None])[None, None]
     if attention_mask is not None:
+        if cache_length is not None:  # the 2D mask covers the written slots only
+            attention_mask = F.pad(attention_mask, (0, max(0, kv_length - attention_mask.shape[1])))
         allowed = allowed & attention_mask[:, None, None, -kv_length:].bool()
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
         ~allowed, torch.finfo(dtype).min
@@ -534,11 +573,14 @@ def decoder_attention_mask(
 
 
 def positions_from_mask(
-    attention_mask: torch.Tensor | None, query_length: int, past_length: int, device: torch.device
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int | torch.Tensor,
+    device: torch.device,
 ) -> torch.Tensor:
     """Position ids 0..L-1 counted over real tokens, so left padding does not shift a page's positions."""
-    if attention_mask is None:
-        return torch.arange(past_length, past_length + query_length, device=device)[None]
+    if attention_mask is None or attention_mask.ndim == 4:
+        return (past_length + torch.arange(query_length, device=device))[None]
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.clamp(min=0)[:, -query_length:]
 
@@ -779,10 +821,13 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache()
+        # A static cache counts its tokens on the device; reading that count would stall a GPU, so it
+        # is read only when pixel inputs make the answer matter.
         past_length = cache.get_seq_length() if cache is not None else 0
+        cache_length = static_cache_length(cache)
         # Images are encoded once, on the forward that starts the sequence; later decode steps may
         # still carry the pixel inputs (older releases do not drop them) and ignore them.
-        if pixel_values is not None and past_length == 0:
+        if pixel_values is not None and int(past_length) == 0:
             if input_ids is None:
                 raise ValueError("images need input_ids to find their <image> placeholders")
             features = self.get_image_features(pixel_values, pixel_values_local, image_grids)
@@ -800,13 +845,14 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
             inputs_embeds.dtype,
             inputs_embeds.device,
             self.config._attn_implementation,
+            cache_length,
         )
         rope = rotary_embedding(
             position_ids, self.config.decoder_head_dim, self.config.rope_theta, inputs_embeds.dtype
         )
         hidden = inputs_embeds
         for layer in self.layers:
-            hidden = layer(hidden, rope, mask, cache)
+            hidden = layer(hidden, rope, mask, cache, **kwargs)
         return with_cache(
             JinaOCRModelOutput,
             cache if use_cache else None,
@@ -910,6 +956,7 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             pixel_values_local=pixel_values_local,
             image_grids=image_grids,
             use_cache=use_cache,
+            **kwargs,
         )
         hidden = outputs.last_hidden_state
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
@@ -942,7 +989,8 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         """``GenerationMixin.generate`` plus FastMTP and the loop guard (generation/dispatch.py).
 
         Extra options, each defaulting to ``generation_config.json``: ``use_mtp`` (FastMTP on or off),
-        ``mtp_num_speculative_steps`` (1..K drafts per step), ``loop_guard_ngram_size`` (0 turns the
+        ``mtp_num_speculative_steps`` (1..K drafts per step, the upper bound), ``mtp_adaptive_drafting`` (draft
+        fewer while drafts fail, on by default), ``loop_guard_ngram_size`` (0 turns the
         no-repeat guard off), ``loop_guard_window``, ``loop_guard_exempt_token_ids``. After a FastMTP
         call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
         """

@@ -1,17 +1,22 @@
-"""Decode-step and prefill time of the full-size decoder: our grouped MoE dispatch against a per-expert
-Python loop (the reference code's way), and the memory floor of a decode step, in one run.
+"""Decode-step and prefill time of the full-size decoder against its memory floor, interleaved, in one run:
+our grouped MoE dispatch in float32 and in bfloat16, and a per-expert Python loop (the reference
+code's way) in float32.
 
-    python benchmarks/decode.py [--prompt 512] [--steps 8] [--threads N]
+    python benchmarks/decode.py [--prompt 512] [--steps 8] [--rounds 3] [--layers 12] [--threads N]
 
-Random weights, float32, batch 1 (the full model takes about 13 GB). The memory floor is the number of
-weight bytes one decode step must read (attention, dense and shared MLPs, the router, the k selected
-experts of every MoE layer, the final norm and the LM head, plus the KV cache) divided by the copy rate
-of a large tensor measured in the same run.
+Random weights, batch 1. The vision encoders are left out (a decode step never runs them); both
+precisions are held at once (about 12 + 6 GB for all 12 layers; ``--layers`` keeps the first N decoder
+layers, the dense one and N - 1 MoE layers, for a smaller machine). The memory floor of a decode step
+is the number of bytes it must read (attention, dense and shared MLPs, the router, the k selected
+experts of every MoE layer, the final norm and the LM head, plus the KV cache) over the copy rate of
+a large tensor. The copy rate varies from run to run on a shared machine, so every round measures it
+again right before its timings, and each row reports the median over rounds of (step / floor).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -34,21 +39,24 @@ def per_expert_loop(
     return out.to(x.dtype)
 
 
-def build_model(config: JinaOCRConfig) -> JinaOCRForConditionalGeneration:
+def build_model(config: JinaOCRConfig, dtype: torch.dtype) -> JinaOCRForConditionalGeneration:
+    """The decoder with random weights; the vision encoders are dropped before any memory is taken."""
     with torch.device("meta"):
         model = JinaOCRForConditionalGeneration(config)
-    model = model.to_empty(device="cpu").eval()
+    for name in ("sam_model", "vision_model", "projector"):
+        delattr(model.model, name)
+    model = model.to_empty(device="cpu").to(dtype).eval()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for param in model.parameters():
-            param.uniform_(-0.02, 0.02, generator=generator)
+            param.copy_(torch.empty(param.shape).uniform_(-0.02, 0.02, generator=generator))
     return model
 
 
 def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
     """Bytes of weights and KV cache that one decode step reads."""
     config = model.config
-    size = 4  # float32
+    size = model.lm_head.weight.element_size()
     total = 0
     for layer in model.model.layers:
         total += sum(p.numel() for p in layer.self_attn.parameters())
@@ -60,7 +68,8 @@ def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
         else:
             total += sum(p.numel() for p in mlp.parameters())
     total += model.model.norm.weight.numel() + model.lm_head.weight.numel() + config.hidden_size
-    kv = 2 * config.num_hidden_layers * prompt * config.num_key_value_heads * config.decoder_head_dim
+    layers = len(model.model.layers)
+    kv = 2 * layers * prompt * config.num_key_value_heads * config.decoder_head_dim
     return (total + kv) * size
 
 
@@ -76,8 +85,9 @@ def copy_rate(megabytes: int = 1024, repeats: int = 5) -> float:
     return src.numel() * 4 / best
 
 
-def time_decoder(model, prompt: int, steps: int) -> tuple[float, float]:
-    ids = torch.randint(0, model.config.vocab_size, (1, prompt))
+def time_decoder(model, ids: torch.Tensor, steps: int) -> tuple[float, float]:
+    """(median decode-step seconds, prefill seconds) for the prompt ``ids``."""
+    prompt = ids.shape[1]
     with torch.no_grad():
         model(input_ids=ids[:, :16])  # warm-up
         start = time.perf_counter()
@@ -93,8 +103,7 @@ def time_decoder(model, prompt: int, steps: int) -> tuple[float, float]:
             times.append(time.perf_counter() - start)
             token = out.logits[:, -1:].argmax(-1)
             mask = torch.cat([mask, mask[:, :1]], dim=1)
-    times.sort()
-    return times[len(times) // 2], prefill
+    return statistics.median(times), prefill
 
 
 def main() -> None:
@@ -103,27 +112,52 @@ def main() -> None:
     )
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=12, help="decoder layers kept (12 is the full model)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    model = build_model(JinaOCRConfig(num_nextn_predict_layers=0))
-    rate = copy_rate()
-    floor = step_bytes(model, args.prompt) / rate
-    rows = [("grouped dispatch (ours)", *time_decoder(model, args.prompt, args.steps))]
+    config = JinaOCRConfig(num_nextn_predict_layers=0, num_hidden_layers=args.layers)
+    models = {"float32": build_model(config, torch.float32), "bfloat16": build_model(config, torch.bfloat16)}
+    ids = torch.randint(0, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
+    variants = (
+        ("grouped dispatch (ours)", "float32", JinaOCRMoE.dispatch),
+        ("per-expert Python loop", "float32", per_expert_loop),
+        ("grouped dispatch (ours)", "bfloat16", JinaOCRMoE.dispatch),
+    )
+    results = {variant[:2]: [] for variant in variants}
+    rates = []
     original = JinaOCRMoE.dispatch
-    JinaOCRMoE.dispatch = per_expert_loop
     try:
-        rows.append(("per-expert Python loop", *time_decoder(model, args.prompt, args.steps)))
+        for _ in range(args.rounds):
+            for name, precision, dispatch in variants:
+                JinaOCRMoE.dispatch = dispatch
+                model = models[precision]
+                rate = copy_rate()  # right before the timings it is compared with
+                rates.append(rate)
+                step, prefill = time_decoder(model, ids, args.steps)
+                floor = step_bytes(model, args.prompt) / rate
+                results[(name, precision)].append((step, prefill, floor))
     finally:
         JinaOCRMoE.dispatch = original
 
-    print(f"full-size decoder, float32, batch 1, {args.threads} threads, prompt {args.prompt} tokens")
-    print(f"decode step reads {step_bytes(model, args.prompt) / 1e9:.2f} GB; copy rate {rate / 1e9:.1f} GB/s")
-    print(f"{'MoE dispatch':<26}{'decode step ms':>16}{'x floor':>9}{'prefill s':>11}")
-    print(f"{'memory floor':<26}{floor * 1e3:>16.1f}{1.0:>9.2f}{'':>11}")
-    for name, step, prefill in rows:
-        print(f"{name:<26}{step * 1e3:>16.1f}{step / floor:>9.2f}{prefill:>11.2f}")
+    print(
+        f"decoder with {args.layers} of 12 layers, batch 1, {args.threads} threads, prompt {args.prompt} tokens, "
+        f"{args.rounds} interleaved rounds"
+    )
+    for precision, model in models.items():
+        print(f"{precision} decode step reads {step_bytes(model, args.prompt) / 1e9:.2f} GB")
+    print(f"copy rate {min(rates) / 1e9:.1f}-{max(rates) / 1e9:.1f} GB/s over the rounds")
+    header = f"{'MoE dispatch':<26}{'dtype':>9}{'step ms':>9}{'floor ms':>10}{'x floor':>9}{'prefill s':>11}"
+    print(header)
+    print("-" * len(header))
+    for (name, precision), runs in results.items():
+        step = statistics.median(r[0] for r in runs)
+        prefill = statistics.median(r[1] for r in runs)
+        floor = statistics.median(r[2] for r in runs)
+        ratio = statistics.median(r[0] / r[2] for r in runs)
+        print(f"{name:<26}{precision:>9}{step * 1e3:>9.1f}{floor * 1e3:>10.1f}{ratio:>9.2f}{prefill:>11.2f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""FastMTP speed: plain greedy vs FastMTP with a random head (the overhead floor) vs FastMTP with a
-correct-draft head (the ceiling), at batch 1 and 8, on the tiny preset and a mid-size config.
+"""FastMTP speed: plain greedy vs FastMTP with a random head (adaptive drafting on, the default, and
+off: the overhead floor) vs FastMTP with a correct-draft head (the ceiling), at batch 1 and 8, on the
+tiny preset and a mid-size config.
 
     python benchmarks/fastmtp.py [--new-tokens 48] [--device cpu] [--dtype float32] [--threads 1]
 
@@ -152,13 +153,23 @@ def run(name, overrides, args):
             _measure_once(model, inputs, 4, sync, use_mtp=use_mtp, **common)
         greedy = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=False, **common)
         random_head = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=True, **common)
+        fixed = measure(
+            model,
+            inputs,
+            args.new_tokens,
+            sync,
+            args.repeats,
+            use_mtp=True,
+            mtp_adaptive_drafting=False,
+            **common,
+        )
         with torch.no_grad():
             states = model(input_ids=greedy["out"], pixel_values=inputs["pixel_values"], use_cache=False)
         pads = torch.zeros(batch, dtype=torch.long, device=device)
         replay = ReplayHead(model.mtp_module.heads[0], states.pre_norm_hidden_state, pads)
         with head_replaced(model, replay):
             ceiling = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=True, **common)
-        for label, result in (("random head", random_head), ("correct drafts", ceiling)):
+        for label, result in (("random head", random_head), ("fixed K", fixed), ("correct drafts", ceiling)):
             if result["out"].tolist() != greedy["out"].tolist():  # only float near-ties may do this
                 print(
                     f"note: {name} batch {batch} {label}: output differs from greedy ({args.dtype} near-tie)"
@@ -166,6 +177,7 @@ def run(name, overrides, args):
         for label, result in (
             ("greedy", greedy),
             ("FastMTP random head", random_head),
+            ("  same, adaptive off", fixed),
             ("FastMTP correct drafts", ceiling),
         ):
             rows.append((name, batch, label, result, result["tok/s"] / greedy["tok/s"]))

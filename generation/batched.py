@@ -1,13 +1,19 @@
 """FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1.
 
-Every step drafts up to K tokens per row, verifies all rows in one main-model forward, and commits
-per row the longest matching prefix plus one token, exactly as greedy decoding would produce them.
+Every step drafts up to K tokens per row (fewer, down to none, while the head's drafts fail: see
+adaptive.py), verifies all rows in one main-model forward, and commits per row the longest matching
+prefix plus one token, exactly as greedy decoding would produce them. Acceptance, commits, the loop
+guard and the statistics are computed for all rows at once on the device; the host reads one small
+tensor per step (how far the best and worst rows got, who finished) to steer the loop.
 Rows accept different numbers of drafts, so the caches are kept "padded consistently":
 
 - both KV caches (main model and head) grow by the same number of columns for every row; a row that
   accepted fewer drafts than the best row of the step leaves masked holes in its columns, and the
   2-D attention masks (from which the model also derives its position ids) skip them;
 - the columns no row accepted are cropped at once, so a step that rejects everything costs no memory;
+- once the holes of the last steps add up to ``COMPACT_AFTER`` columns, and whenever rows leave
+  the batch after holes were made (the row that left may have been the longest), both caches are
+  compacted (``fastmtp.compact``), so holes do not accumulate over a long page;
 - a row that finished (EOS or its token budget) leaves the batch, caches included.
 
 Options the loop cannot honour (sampling, beams, custom logits processors, stopping criteria,
@@ -20,7 +26,11 @@ import torch
 from transformers import DynamicCache
 
 from ..compat_jina_ocr import output_cache
-from .fastmtp import FastMTPDrafter, FastMTPStats, Pairs, main_hidden, positions_and_valid
+from .adaptive import DraftLength
+from .fastmtp import FastMTPDrafter, FastMTPStats, Pairs, compact, main_hidden, positions_and_valid
+
+# Hole columns (summed over steps, for the row that accepted least) after which the caches are compacted.
+COMPACT_AFTER = 32
 
 # GenerationConfig fields that change greedy decoding, with the value that leaves it unchanged.
 _NEUTRAL_OPTIONS = {
@@ -57,6 +67,7 @@ _NEUTRAL_OPTIONS = {
     "token_healing": False,
     "prompt_lookup_num_tokens": None,
     "assistant_early_exit": None,
+    "cache_implementation": None,  # the loop keeps dynamic caches, which it compacts
 }
 # Model inputs the batched loop passes to the prefill forward.
 _FORWARD_INPUTS = ("pixel_values", "pixel_values_local", "image_grids")
@@ -81,22 +92,38 @@ def check_batched_options(generation_config, extra_inputs: dict, **call_options)
         )
 
 
-class _Rows:
-    """The generated tokens of every row, kept on the device for the loop guard's history."""
+class _Guard:
+    """The loop guard over the rows of the batch: each row's last generated tokens (at most
+    ``window``) on the device, right-aligned; rows with shorter histories are padded with -1 on the
+    left, and the buffer is only as wide as the longest history."""
 
-    def __init__(self, batch: int, budget: int, device):
-        self.tokens = torch.zeros(batch, budget, dtype=torch.long, device=device)
-        self.lengths = [0] * batch
+    def __init__(self, loop_guard, batch: int, device):
+        self.rule = loop_guard
+        self.recent = torch.empty(batch, 0, dtype=torch.long, device=device)
 
-    def history(self, row: int, window: int, extra: list[torch.Tensor] = ()) -> torch.Tensor:
-        length = self.lengths[row]
-        recent = self.tokens[row, max(0, length - window) : length]
-        return torch.cat([recent, *extra]) if extra else recent
+    def choose(self, logits: torch.Tensor, ahead: torch.Tensor | None = None) -> torch.Tensor:
+        """Greedy tokens for (A, q, V) ``logits``: entry j continues each row's history followed by
+        the tokens of ``ahead`` (A, m >= q - 1) up to column m - q + j (the tokens before it)."""
+        if self.rule is None:
+            return logits.argmax(dim=-1)
+        q = logits.shape[1]
+        ahead = self.recent[:, :0] if ahead is None else ahead
+        size = min(self.rule.window, self.recent.shape[1] + ahead.shape[1])
+        history = torch.cat([self.recent.new_full((self.recent.shape[0], q - 1), -1), self.recent, ahead], 1)
+        windows = history.unfold(1, size, 1)[:, -q:]  # (A, q, size), the last one ends with ahead
+        return logits.masked_fill(self.rule.banned_mask(windows, logits.shape[-1]), -float("inf")).argmax(-1)
 
-    def append(self, row: int, tokens: torch.Tensor) -> None:
-        start = self.lengths[row]
-        self.tokens[row, start : start + tokens.shape[0]] = tokens
-        self.lengths[row] = start + tokens.shape[0]
+    def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+        """Append the first ``counts[i]`` of the (A, q) ``tokens[i]`` to row i's history."""
+        if self.rule is not None:
+            q, width = tokens.shape[1], self.recent.shape[1]
+            size = min(self.rule.window, width + q)
+            extended = torch.cat([self.recent.new_full((tokens.shape[0], q), -1), self.recent, tokens], dim=1)
+            columns = counts[:, None] + (q + width - size) + torch.arange(size, device=tokens.device)
+            self.recent = extended.gather(1, columns)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.recent = self.recent[rows]
 
 
 @torch.no_grad()
@@ -119,23 +146,13 @@ def generate_batched(
     device = input_ids.device
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     stop_ids = torch.tensor(eos_token_ids, dtype=torch.long, device=device)
-    rows = _Rows(batch, max_new_tokens, device)
-    window = loop_guard.window if loop_guard is not None else 0
-    active = list(range(batch))  # original row of each row still in the batch
-
-    def pick(logits: torch.Tensor, row: int, extra=()) -> torch.Tensor:
-        """Greedy choice for one active row, with the loop guard applied to its own history."""
-        if loop_guard is not None:
-            banned = loop_guard.banned_tokens(rows.history(active[row], window, extra))
-            if banned.numel():
-                logits = logits.clone()
-                logits[banned] = -float("inf")
-        return logits.argmax(dim=-1)
-
-    def choose_drafts(logits: torch.Tensor, drafts: list[torch.Tensor]) -> torch.Tensor:
-        if loop_guard is None:
-            return logits.argmax(dim=-1)
-        return torch.stack([pick(logits[i], i, [d[i : i + 1] for d in drafts]) for i in range(len(active))])
+    # Generated tokens of every original row; a spare last column takes the writes of masked slots.
+    generated = torch.full((batch, max_new_tokens + 1), pad_token_id, dtype=torch.long, device=device)
+    rows = torch.arange(batch, device=device)  # original row of each row still in the batch
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens generated per row
+    final_lengths = torch.ones(batch, dtype=torch.long, device=device)  # the same, per original row
+    guard = _Guard(loop_guard, batch, device)
+    length = DraftLength(steps, stats.adaptive)
 
     cache = DynamicCache()
     out = model(
@@ -147,9 +164,9 @@ def generate_batched(
         **forward_inputs,
     )
     cache = output_cache(out)
-    first = torch.stack([pick(out.logits[i, -1], i) for i in range(batch)])
+    first = guard.choose(out.logits[:, -1:])[:, 0]
     positions, valid = positions_and_valid(mask, batch, prompt_length, device)
-    pairs = Pairs(
+    pending = Pairs(
         tokens=torch.cat([input_ids[:, 1:], first[:, None]], dim=1),
         hidden=main_hidden(model.config, out),
         positions=positions,
@@ -157,29 +174,41 @@ def generate_batched(
         last=torch.full((batch,), prompt_length - 1, device=device),
     )
     drafter = FastMTPDrafter(model)
-    last_token = first
-    main_mask = mask
-    keep = []
-    for i in range(batch):
-        rows.append(i, first[i : i + 1])
-        keep.append(not bool(torch.isin(first[i], stop_ids)) and max_new_tokens > 1)
+    last_token, main_mask = first, mask
+    finished = torch.isin(first, stop_ids) | (max_new_tokens <= 1)
+    generated[:, 0] = first
+    lengths += 1
+    guard.commit(first[:, None], torch.ones_like(first))
+    room, holes, holed = max_new_tokens - 1, 0, False
 
+    def choose_drafts(logits: torch.Tensor, drafts: list[torch.Tensor]) -> torch.Tensor:
+        return guard.choose(logits[:, None], torch.stack(drafts, dim=1) if drafts else None)[:, 0]
+
+    done = int(finished.sum())
     while True:
-        kept = torch.tensor([i for i, k in enumerate(keep) if k], dtype=torch.long, device=device)
-        if kept.numel() < len(active):
+        if done:
+            kept = (~finished).nonzero().flatten()
             if not kept.numel():
                 break
-            active = [active[i] for i in kept.tolist()]
+            rows, lengths, last_token, main_mask = (
+                rows[kept],
+                lengths[kept],
+                last_token[kept],
+                main_mask[kept],
+            )
+            pending = pending.select(kept)
             cache.batch_select_indices(kept)
             drafter.select(kept)
-            pairs, last_token, main_mask = pairs.select(kept), last_token[kept], main_mask[kept]
-        room = max(max_new_tokens - rows.lengths[r] for r in active)
-        k = min(steps, room - 1)
+            guard.select(kept)
+            if holed:
+                holes = COMPACT_AFTER
+        k = min(length.next(), room - 1)
         if k > 0:
-            drafts = drafter.draft(pairs, k, choose_drafts)
+            drafts = drafter.draft(pending, k, choose_drafts)
             drafter.rollback()
+            pending = None
         else:
-            drafts = last_token.new_empty(len(active), 0)
+            drafts = last_token.new_empty(rows.numel(), 0)
         k = drafts.shape[1]
         verify_ids = torch.cat([last_token[:, None], drafts], dim=1)
         out = model(
@@ -191,45 +220,57 @@ def generate_batched(
         )
         cache = output_cache(out)
         stats.forwards += 1
-        targets = torch.zeros_like(verify_ids)
-        accepted = []
-        for i, row in enumerate(active):
-            n = 0
-            while True:
-                targets[i, n] = pick(out.logits[i, n], i, [drafts[i, :n]])
-                if n == k or targets[i, n] != drafts[i, n]:
-                    break
-                n += 1
-            accepted.append(n)
-            commit = targets[i, : n + 1]
-            stop = torch.isin(commit, stop_ids).nonzero()
-            if stop.numel():
-                commit = commit[: int(stop[0]) + 1]
-            commit = commit[: max_new_tokens - rows.lengths[row]]
-            rows.append(row, commit)
-            stats.record(k, n, commit.shape[0])
-            keep[i] = not stop.numel() and rows.lengths[row] < max_new_tokens
-        best = max(accepted)
+        targets = guard.choose(out.logits, drafts)  # (A, k + 1)
+        accepted = (targets[:, :k] == drafts).long().cumprod(dim=1).sum(dim=1)
+        span = torch.arange(k + 1, device=device)
+        inside = span[None] <= accepted[:, None]
+        stops = torch.isin(targets, stop_ids) & inside
+        committed = torch.minimum(
+            torch.where(stops.any(dim=1), stops.long().argmax(dim=1) + 1, accepted + 1),
+            max_new_tokens - lengths,
+        )
+        columns = torch.where(span[None] < committed[:, None], lengths[:, None] + span, max_new_tokens)
+        generated[rows[:, None].expand_as(columns), columns] = targets
+        lengths = lengths + committed
+        final_lengths[rows] = lengths
+        guard.commit(targets, committed)
+        finished = stops.any(dim=1) | (lengths >= max_new_tokens)
+        summary = torch.cat(
+            [
+                (accepted[:, None] > span[None, :k]).sum(dim=0),
+                torch.bincount(committed, minlength=k + 2),
+                torch.stack(
+                    [
+                        accepted.max(),
+                        accepted.min(),
+                        torch.where(finished, 0, max_new_tokens - lengths).max(),
+                        finished.sum(),
+                    ]
+                ),
+            ]
+        ).tolist()  # the one read of the step
+        best, worst, room, done = summary[-4:]
+        stats.record_rows(k, rows.numel(), summary[:k], dict(enumerate(summary[k:-4])))
+        length.update(k, sum(summary[:k]), rows.numel())
         if best < k:
             cache.crop(-(k - best))
-        accepted_t = torch.tensor(accepted, device=device)
-        valid = (torch.arange(best + 1, device=device)[None] <= accepted_t[:, None]).long()
+        valid = (span[None, : best + 1] <= accepted[:, None]).long()
         position = main_mask.sum(dim=1)  # the position of last_token
         main_mask = torch.cat([main_mask, valid], dim=1)
-        # k == 0 only when every row had one token left, so there is no next step to draft for.
-        pairs = Pairs(
+        fresh = Pairs(
             tokens=targets[:, : best + 1],
             hidden=main_hidden(model.config, out)[:, : best + 1],
-            positions=position[:, None] + torch.arange(best + 1, device=device),
+            positions=position[:, None] + span[: best + 1],
             valid=valid,
-            last=accepted_t,
+            last=accepted,
         )
-        last_token = targets[torch.arange(len(active), device=device), accepted_t]
-        keep = keep[: len(active)]
+        pending = fresh if pending is None else pending.then(fresh)
+        last_token = targets.gather(1, accepted[:, None])[:, 0]
+        holes += best - worst
+        holed = holed or best > worst
+        if holes >= COMPACT_AFTER:
+            main_mask = compact(cache, main_mask)
+            drafter.compact()
+            holes = 0
 
-    width = max(rows.lengths)
-    result = torch.full((batch, prompt_length + width), pad_token_id, dtype=torch.long, device=device)
-    result[:, :prompt_length] = input_ids
-    for row in range(batch):
-        result[row, prompt_length : prompt_length + rows.lengths[row]] = rows.tokens[row, : rows.lengths[row]]
-    return result
+    return torch.cat([input_ids, generated[:, : int(final_lengths.max())]], dim=1)

@@ -22,7 +22,14 @@ from transformers.generation import LogitsProcessorList
 from .batched import _FORWARD_INPUTS, check_batched_options, generate_batched
 from .fastmtp import FastMTPStats
 from .loop_guard import SlidingWindowNoRepeatNGram
-from .settings import LOOP_GUARD_EXEMPT_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, STEPS_KEY
+from .settings import (
+    ADAPTIVE_KEY,
+    CALL_KEYS,
+    LOOP_GUARD_EXEMPT_KEY,
+    LOOP_GUARD_NGRAM_KEY,
+    LOOP_GUARD_WINDOW_KEY,
+    STEPS_KEY,
+)
 
 
 @dataclass
@@ -46,6 +53,14 @@ def _resolve_steps(model, requested) -> int:
             f"{most} recursive steps), got {requested!r}"
         )
     return steps
+
+
+def _resolve_adaptive(requested) -> bool:
+    if requested is None:
+        return True
+    if not isinstance(requested, bool):
+        raise ValueError(f"{ADAPTIVE_KEY} must be True or False, got {requested!r}")
+    return requested
 
 
 def build_loop_guard(call: dict, config, prompt_length: int) -> SlidingWindowNoRepeatNGram | None:
@@ -81,11 +96,7 @@ def generate(
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     if generation_config is not None:  # unset values fall back to the model's file, as in the library
         config.update(**model.generation_config.to_dict(), defaults_only=True, allow_custom_entries=True)
-    call = {
-        key: kwargs.pop(key)
-        for key in (STEPS_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, LOOP_GUARD_EXEMPT_KEY)
-        if key in kwargs
-    }
+    call = {key: kwargs.pop(key) for key in CALL_KEYS if key in kwargs}
     explicit_mtp = kwargs.pop("use_mtp", None)
     model_kwargs = config.update(**kwargs)
 
@@ -104,6 +115,7 @@ def generate(
             "has none, so generate with use_mtp=False"
         )
     steps = _resolve_steps(model, _option(call, config, STEPS_KEY)) if use_mtp else None
+    adaptive = _resolve_adaptive(_option(call, config, ADAPTIVE_KEY))
     config.use_mtp = use_mtp
 
     input_ids = inputs if inputs is not None else model_kwargs.get("input_ids")
@@ -120,14 +132,14 @@ def generate(
             config,
             input_ids,
             model_kwargs,
-            steps,
+            FastMTPStats(steps, input_ids.shape[0], adaptive),
             guard,
             logits_processor=logits_processor,
             stopping_criteria=stopping_criteria,
             streamer=streamer,
         )
 
-    run = FastMTPCall(steps, FastMTPStats(steps, 1)) if use_mtp else None
+    run = FastMTPCall(steps, FastMTPStats(steps, 1, adaptive)) if use_mtp else None
     model._fastmtp_call = run
     try:
         output = library_generate(
@@ -145,7 +157,7 @@ def generate(
     return output
 
 
-def _generate_batch(model, config, input_ids, model_kwargs, steps, guard, **call_options):
+def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, **call_options):
     model_kwargs = dict(model_kwargs)
     model_kwargs.pop("input_ids", None)
     attention_mask = model_kwargs.pop("attention_mask", None)
@@ -162,13 +174,12 @@ def _generate_batch(model, config, input_ids, model_kwargs, steps, guard, **call
     eos = _eos_ids(config, model.config)
     pad = config.pad_token_id
     pad = (eos[0] if eos else model.config.pad_token_id) if pad is None else pad
-    stats = FastMTPStats(steps, input_ids.shape[0])
     output = generate_batched(
         model,
         input_ids,
         attention_mask,
         {key: model_kwargs[key] for key in _FORWARD_INPUTS if key in model_kwargs},
-        steps=steps,
+        steps=stats.num_speculative_steps,
         max_new_tokens=budget,
         eos_token_ids=eos,
         pad_token_id=pad,

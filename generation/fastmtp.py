@@ -17,6 +17,10 @@ up to h_{n-1}:
    holds exactly one entry per committed pair built from a main-model state, so the next step's
    accepted tokens are re-read with the main model's states, never with the head's own guesses.
 
+A step that drafts nothing (adaptive drafting, generation/adaptive.py) leaves its new pairs unread;
+the next step that drafts consumes all of them at once, so the head cache still holds one entry per
+committed pair.
+
 ``FastMTPDrafter`` is shared by the library's assisted-decoding loop at batch size 1
 (``FastMTPCandidateGenerator``) and by our batched loop (``batched.py``). Rows of a batch may own a
 different number of new pairs; the pairs are padded to a common width and the padding is masked in
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 from transformers.generation import CandidateGenerator
+
+from .adaptive import DraftLength
 
 
 @dataclass
@@ -47,6 +53,35 @@ class Pairs:
 
     def select(self, rows: torch.Tensor) -> Pairs:
         return Pairs(*(t[rows] for t in (self.tokens, self.hidden, self.positions, self.valid, self.last)))
+
+    def then(self, later: Pairs) -> Pairs:
+        """These pairs followed by ``later`` ones (steps that drafted nothing leave pairs unread)."""
+        return Pairs(
+            *(torch.cat([a, b], dim=1) for a, b in zip(self._columns(), later._columns(), strict=True)),
+            last=self.tokens.shape[1] + later.last,
+        )
+
+    def _columns(self) -> tuple[torch.Tensor, ...]:
+        return self.tokens, self.hidden, self.positions, self.valid
+
+
+def compact(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    """Move every row's real cache columns to its right end, keeping their order, and drop the columns
+    that are then padding in every row; returns the matching 2-D mask.
+
+    Rows of a batch accept different numbers of drafts, which leaves masked holes in the shorter
+    rows; compacting bounds the cache width by the longest row. Positions are unaffected: they were
+    applied to the keys when they were cached, and new ones are counted over the mask's real columns.
+    """
+    width = int(mask.sum(dim=1).max())
+    if width == mask.shape[1]:
+        return mask
+    order = mask.argsort(dim=1, stable=True)[:, -width:]  # padding first, real columns in order last
+    for layer in cache.layers:
+        index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys = layer.keys.gather(2, index)
+        layer.values = layer.values.gather(2, index)
+    return mask.gather(1, order)
 
 
 def main_hidden(config, outputs) -> torch.Tensor:
@@ -127,6 +162,11 @@ class FastMTPDrafter:
         if self.mask is not None:
             self.mask = self.mask[rows]
 
+    def compact(self) -> None:
+        """Drop the masked holes of the head cache (see ``compact``); only between steps."""
+        if self.mask is not None:
+            self.mask = compact(self.cache, self.mask)
+
 
 @dataclass
 class FastMTPStats:
@@ -134,14 +174,18 @@ class FastMTPStats:
 
     A verification step is one sequence checked by one main-model forward after the prefill (a batch
     of B rows verifies B sequences per forward). Depth d counts as drafted when the step drafted at
-    least d tokens and as accepted when the main model agreed with drafts 1..d.
+    least d tokens and as accepted when the main model agreed with drafts 1..d. The draft-length
+    histogram counts verification steps by how many drafts they checked: with adaptive drafting,
+    0 is a plain greedy step taken because the head's recent drafts were rejected.
     """
 
     num_speculative_steps: int
     batch_size: int
     drafted: list[int] = field(init=False)
     accepted: list[int] = field(init=False)
+    adaptive: bool = True
     histogram: dict[int, int] = field(default_factory=dict)
+    lengths: dict[int, int] = field(default_factory=dict)
     forwards: int = 0
 
     def __post_init__(self):
@@ -149,10 +193,21 @@ class FastMTPStats:
         self.accepted = [0] * self.num_speculative_steps
 
     def record(self, drafted: int, accepted: int, committed: int) -> None:
+        """One verified sequence: ``drafted`` drafts, the first ``accepted`` of them agreed with."""
+        self.record_rows(drafted, 1, [int(depth < accepted) for depth in range(drafted)], {committed: 1})
+
+    def record_rows(
+        self, drafted: int, rows: int, accepted_per_depth: list[int], committed: dict[int, int]
+    ) -> None:
+        """``rows`` sequences verified at once, each with ``drafted`` drafts; ``accepted_per_depth[d]``
+        of them accepted drafts 1..d+1; ``committed`` maps a committed-token count to its rows."""
         for depth in range(drafted):
-            self.drafted[depth] += 1
-            self.accepted[depth] += depth < accepted
-        self.histogram[committed] = self.histogram.get(committed, 0) + 1
+            self.drafted[depth] += rows
+            self.accepted[depth] += accepted_per_depth[depth]
+        for count, n in committed.items():
+            if n:
+                self.histogram[count] = self.histogram.get(count, 0) + n
+        self.lengths[drafted] = self.lengths.get(drafted, 0) + rows
 
     def as_dict(self) -> dict:
         steps = sum(self.histogram.values())
@@ -172,6 +227,8 @@ class FastMTPStats:
             "committed_tokens": committed,
             "committed_per_step": committed / steps if steps else 0.0,
             "committed_histogram": dict(sorted(self.histogram.items())),
+            "adaptive_drafting": self.adaptive,
+            "draft_length_histogram": dict(sorted(self.lengths.items())),
         }
 
 
@@ -199,7 +256,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
     def __init__(self, model, steps: int, generation_config, logits_processor, stats: FastMTPStats):
         self.drafter = FastMTPDrafter(model)
         self.config = model.config
-        self.steps = steps
+        self.length = DraftLength(steps, stats.adaptive)
         self.max_length = generation_config.max_length
         eos = generation_config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
@@ -221,8 +278,10 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         new = main_hidden(self.config, model_outputs)[:, :fresh]
         self.unread = new if self.unread is None else torch.cat([self.unread, new], dim=1)
         self.known = length - 1
-        steps = min(self.steps, self.max_length - length - 1)
-        if steps <= 0:  # the next token is the last one allowed: no room for drafts
+        # No drafts when the next token is the last one allowed, or when the head's recent drafts
+        # failed (adaptive drafting): the unread states wait for the next step that drafts.
+        steps = min(self.length.next(), self.max_length - length - 1)
+        if steps <= 0:
             return input_ids, None
         start = len(self.drafter)
         mask = (model_kwargs or {}).get("attention_mask")
@@ -249,4 +308,5 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         if self.known:  # the prefill commits a token but verifies nothing
             self.stats.forwards += 1
             self.stats.record(self.drafted, int(num_matches), int(num_matches) + 1)
+            self.length.update(self.drafted, int(num_matches), 1)
         self.drafter.rollback()

@@ -44,26 +44,39 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
         self.prompt_length = prompt_length
         self.exempt = torch.tensor(sorted(set(exempt_token_ids)), dtype=torch.long)
 
-    def banned_tokens(self, generated: torch.Tensor) -> torch.Tensor:
-        """Token ids banned as the next token after the 1-D ``generated`` history."""
+    def recent(self, generated: torch.Tensor) -> torch.Tensor:
+        """The last ``window`` tokens (or fewer, when fewer were generated) of each row of the (R, L)
+        ``generated``: the only tokens the rule reads."""
+        return generated[..., -self.window :] if generated.shape[-1] > self.window else generated
+
+    def banned_mask(self, recent: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """(..., w) histories, w <= ``window``, right-aligned (a row with a shorter history is padded on
+        the left with -1, which matches no token) -> (..., vocab_size) bool, True for a token banned as
+        the next one. All rows at once, without reading anything back to the host."""
         n = self.ngram_size
-        length = generated.shape[0]
-        region = generated[max(0, length - self.window) :]
-        if region.shape[0] < n:
-            return generated.new_empty(0)
-        grams = region.unfold(0, n, 1)  # every n-gram starting inside the window, oldest first
-        hits = (grams[:, :-1] == generated[length - n + 1 :]).all(dim=1)
-        banned = grams[hits, -1]
-        if banned.numel() and self.exempt.numel():
-            banned = banned[~torch.isin(banned, self.exempt.to(banned.device))]
+        banned = torch.zeros(*recent.shape[:-1], vocab_size + 1, dtype=torch.bool, device=recent.device)
+        grams = recent.shape[-1] - n + 1  # n-grams starting inside the window, oldest first
+        if grams < 1:
+            return banned[..., :vocab_size]
+        suffix = recent[..., -(n - 1) :]
+        # Gram j is a hit when its first n-1 tokens equal the suffix; comparing one offset at a time
+        # over contiguous slices is several times faster than comparing an unfolded (..., j, n) view.
+        hits = suffix[..., :1] >= 0  # padding is on the left: a full suffix starts with a real token
+        for offset in range(n - 1):
+            hits = hits & (recent[..., offset : offset + grams] == suffix[..., offset : offset + 1])
+        following = recent[..., n - 1 :]  # the token after each gram's first n-1
+        banned.scatter_(-1, torch.where(hits, following, vocab_size), True)  # misses: the spare column
+        banned = banned[..., :vocab_size]
+        exempt = self.exempt[self.exempt < vocab_size]  # a host tensor: no device read
+        if exempt.numel():
+            banned[..., exempt.to(recent.device)] = False
         return banned
 
+    def banned_tokens(self, generated: torch.Tensor) -> torch.Tensor:
+        """Token ids banned as the next token after the 1-D ``generated`` history, ascending."""
+        vocab_size = int(generated.max()) + 1 if generated.numel() else 0
+        return self.banned_mask(self.recent(generated[None]), vocab_size)[0].nonzero().flatten()
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        processed = scores
-        for row in range(input_ids.shape[0]):
-            banned = self.banned_tokens(input_ids[row, self.prompt_length :])
-            if banned.numel():
-                if processed is scores:
-                    processed = scores.clone()
-                processed[row, banned] = -float("inf")
-        return processed
+        banned = self.banned_mask(self.recent(input_ids[:, self.prompt_length :]), scores.shape[-1])
+        return scores.masked_fill(banned, -float("inf"))

@@ -4,6 +4,9 @@ They live in ``generation_config.json`` next to the library's own keys (``use_mt
 and can be passed to ``model.generate`` for one call:
 
 - ``mtp_num_speculative_steps``: drafts per FastMTP step, 1..K where K is the config's value (3).
+- ``mtp_adaptive_drafting``: True (the default) drafts fewer tokens, down to none, while the head's
+  recent drafts are rejected, and probes it again later (generation/adaptive.py); False always
+  drafts ``mtp_num_speculative_steps``.
 - ``loop_guard_ngram_size``: n of the sliding-window no-repeat n-gram rule; 0 or None turns it off.
 - ``loop_guard_window``: how many of the last generated tokens the rule searches.
 - ``loop_guard_exempt_token_ids``: tokens the rule never bans (table cells repeat legitimately).
@@ -12,10 +15,11 @@ and can be passed to ``model.generate`` for one call:
 from __future__ import annotations
 
 STEPS_KEY = "mtp_num_speculative_steps"
+ADAPTIVE_KEY = "mtp_adaptive_drafting"
 LOOP_GUARD_NGRAM_KEY = "loop_guard_ngram_size"
 LOOP_GUARD_WINDOW_KEY = "loop_guard_window"
 LOOP_GUARD_EXEMPT_KEY = "loop_guard_exempt_token_ids"
-CALL_KEYS = (STEPS_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, LOOP_GUARD_EXEMPT_KEY)
+CALL_KEYS = (STEPS_KEY, ADAPTIVE_KEY, LOOP_GUARD_NGRAM_KEY, LOOP_GUARD_WINDOW_KEY, LOOP_GUARD_EXEMPT_KEY)
 
 # SPEC section 5: n = 35 over the last 1024 generated tokens, <td> and </td> exempt.
 LOOP_GUARD_NGRAM_SIZE = 35

@@ -1,0 +1,156 @@
+"""Adaptive drafting and the batched loop's bookkeeping: the draft length follows the head's record,
+statistics show it, cache compaction keeps decoding identical to greedy, and the batched loop reads
+one small tensor per step instead of per-row values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fastmtp_helpers import OracleHead, generate, page_batch, small_model
+from test_decode_paths import counting_read_backs
+from transformers import DynamicCache
+
+from jina_ocr.remote_code import modeling_jina_ocr
+from jina_ocr.remote_code.generation import adaptive, batched, fastmtp
+from jina_ocr.remote_code.generation.adaptive import DraftLength
+
+GUARD = {"loop_guard_ngram_size": 2, "loop_guard_window": 12}  # keeps the random model out of loops
+
+
+def test_draft_length_halves_on_rejection_probes_with_backoff_and_regrows():
+    length = DraftLength(3)
+    seen = []
+
+    def step(accepted_of: int | None = None) -> int:
+        k = length.next()
+        seen.append(k)
+        length.update(k, 0 if accepted_of is None else accepted_of, 1)
+        return k
+
+    assert [step() for _ in range(2)] == [3, 1]  # 3 -> 1 -> 0
+    assert [step() for _ in range(adaptive.FIRST_WAIT)] == [0] * adaptive.FIRST_WAIT
+    assert step() == 1  # the probe fails: the wait doubles
+    assert [step() for _ in range(2 * adaptive.FIRST_WAIT)] == [0] * (2 * adaptive.FIRST_WAIT)
+    assert step(accepted_of=1) == 1  # the probe succeeds
+    assert step(accepted_of=2) == 2 and step(accepted_of=3) == 3 and length.next() == 3
+    step(accepted_of=1)  # partly accepted: the length stays
+    assert length.next() == 3
+    never = DraftLength(3, adaptive=False)
+    never.update(3, 0, 1)
+    assert never.next() == 3
+
+
+def test_draft_length_needs_every_row_to_accept_before_growing():
+    length = DraftLength(3)
+    length.length = 2
+    length.update(2, 3, rows=2)  # 3 of 4 drafts accepted across two rows
+    assert length.next() == 2
+    length.update(2, 4, rows=2)
+    assert length.next() == 3
+
+
+@pytest.fixture(scope="module")
+def model():
+    return small_model(seed=0, vocab_size=200)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_random_head_falls_back_to_greedy_steps_and_stays_lossless(model, batch):
+    inputs = page_batch(50, [128] * batch, 200)
+    options = {"max_new_tokens": 24, "eos_token_id": 199, **GUARD}
+    greedy = generate(model, inputs, use_mtp=False, **options)
+    fast = generate(model, inputs, use_mtp=True, **options)
+    assert fast.tolist() == greedy.tolist()
+    stats = model.fastmtp_stats
+    assert stats["adaptive_drafting"] is True
+    lengths = stats["draft_length_histogram"]
+    assert lengths.get(0, 0) > sum(n for k, n in lengths.items() if k) >= batch  # mostly greedy steps
+    assert sum(lengths.values()) == stats["verification_steps"]
+    generate(model, inputs, use_mtp=True, mtp_adaptive_drafting=False, **options)
+    assert model.fastmtp_stats["adaptive_drafting"] is False
+    lengths = model.fastmtp_stats["draft_length_histogram"]
+    assert max(lengths, key=lengths.get) == 3 and lengths.get(0, 0) <= batch  # only budget cuts shorten
+
+
+def test_adaptive_option_is_checked(model):
+    inputs = page_batch(50, [128], 200)
+    with pytest.raises(ValueError, match="mtp_adaptive_drafting must be True or False"):
+        generate(model, inputs, use_mtp=True, mtp_adaptive_drafting="yes")
+
+
+def full_length_greedy(model, inputs, options: dict) -> torch.Tensor:
+    """Greedy output with ``options["eos_token_id"]`` set to a token no row produces (every row runs
+    to its budget, so the batch never shrinks under the oracle head)."""
+    width = inputs["input_ids"].shape[1] + options["max_new_tokens"]
+    for eos in range(3, model.config.vocab_size):
+        greedy = generate(model, inputs, use_mtp=False, **{**options, "eos_token_id": eos})
+        if greedy.shape[1] == width and not (greedy[:, width - options["max_new_tokens"] :] == eos).any():
+            options["eos_token_id"] = eos
+            return greedy
+    raise AssertionError("every token ends some row")
+
+
+def test_compacting_every_step_keeps_batched_output_identical(monkeypatch):
+    """Row 0 gets correct drafts and the others wrong ones, so every step leaves holes in the other
+    rows; compaction after every step moves the caches' real columns together and must change
+    nothing in the output."""
+    wide = small_model(seed=3, hidden_size=48, vocab_size=40)
+    inputs = page_batch(61, [128] * 3, 40)
+    options = {"max_new_tokens": 16, "mtp_adaptive_drafting": False, **GUARD}
+    greedy = full_length_greedy(wide, inputs, options)
+    wrong = greedy.clone()
+    wrong[1:] = torch.where(wrong[1:] == 3, 4, 3)  # never the greedy token
+    pads = (1 - inputs["attention_mask"]).sum(1).tolist()
+    head = OracleHead(wide, wrong, pads)
+    monkeypatch.setitem(wide.mtp_module.heads._modules, "0", head)
+    select = fastmtp.FastMTPDrafter.select
+
+    def select_rows(drafter, rows):  # row 0 finishes first: the oracle follows the rows that stay
+        select(drafter, rows)
+        head.continuation, head.pads = head.continuation[rows], [head.pads[i] for i in rows.tolist()]
+
+    monkeypatch.setattr(fastmtp.FastMTPDrafter, "select", select_rows)
+    sizes = []
+
+    def recording(cache, mask):
+        compacted = fastmtp.compact(cache, mask)
+        sizes.append((mask.shape[1], compacted.shape[1], cache.get_seq_length()))
+        return compacted
+
+    monkeypatch.setattr(batched, "COMPACT_AFTER", 1)
+    monkeypatch.setattr(batched, "compact", recording)
+    fast = generate(wide, inputs, use_mtp=True, **options)
+    assert fast.tolist() == greedy.tolist()
+    stats = wide.fastmtp_stats
+    assert stats["accepted_per_depth"][-1] >= 3  # row 0 accepted every draft of several steps
+    assert sizes and all(after == cached for _, after, cached in sizes)
+    assert any(after < before for before, after, _ in sizes)  # holes were dropped
+
+
+def test_compact_moves_real_columns_right_in_order():
+    cache = DynamicCache()
+    columns = torch.arange(5.0).expand(2, 5)[:, None, :, None]  # (B, heads, L, 1): key = column
+    cache.update(columns.clone(), -columns, 0)
+    mask = torch.tensor([[1, 0, 1, 0, 1], [1, 1, 1, 1, 0]])
+    compacted = fastmtp.compact(cache, mask)
+    assert compacted.tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
+    keys = cache.layers[0].keys[:, 0, :, 0]
+    assert keys[0, 1:].tolist() == [0, 2, 4] and keys[1].tolist() == [0, 1, 2, 3]
+    assert torch.equal(cache.layers[0].values, -cache.layers[0].keys)
+    assert cache.get_seq_length() == 4
+
+
+def test_batched_loop_reads_one_summary_per_step(model, monkeypatch):
+    """Per-row Python in the loop would read values of every row at every step."""
+    inputs = page_batch(52, [128] * 4, 200)
+    options = {"max_new_tokens": 12, "eos_token_id": 199, "mtp_adaptive_drafting": False, **GUARD}
+    moe_layers = sum(isinstance(layer.mlp, modeling_jina_ocr.JinaOCRMoE) for layer in model.model.layers)
+    with counting_read_backs(monkeypatch) as calls:
+        generate(model, inputs, use_mtp=True, **options)
+    forwards = model.fastmtp_stats["verification_forwards"]
+    assert forwards >= 3
+    # The MoE layers' expert counts in every forward, the prefill's image grids, one summary per step.
+    assert calls.count("tolist") == (forwards + 1) * moe_layers + 1 + forwards, calls
+    # The prefill's placeholder check, the first tokens' EOS check, a row leaving, the output width:
+    # none of them per step.
+    assert len(calls) - calls.count("tolist") <= 5, calls
