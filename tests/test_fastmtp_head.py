@@ -90,7 +90,7 @@ def record_draft_logits(
     monkeypatch.setattr(hooks, "FastMTPCandidateGenerator", Recording)
     vocab = model.config.vocab_size
     generate(model, inputs, use_mtp=True, max_new_tokens=max_new_tokens, mtp_num_speculative_steps=STEPS,
-             eos_token_id=vocab - 1, loop_guard_ngram_size=0)  # fmt: skip
+             eos_token_id=vocab - 1, loop_guard_ngram_size=0, mtp_adaptive_drafting=False)  # fmt: skip
     return records
 
 

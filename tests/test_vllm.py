@@ -6,6 +6,7 @@ cannot host several vLLM engines one after the other reliably.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -162,7 +163,8 @@ def transformers_generate(folder: Path, image: Path, max_new_tokens: int, **opti
         steps.append((drafted, accepted))
         record(stats, drafted, accepted, committed)
 
-    options = {"use_mtp": False, "loop_guard_ngram_size": 0, **options}
+    # vLLM drafts K tokens at every step: adaptive drafting off, so both draft the same steps.
+    options = {"use_mtp": False, "loop_guard_ngram_size": 0, "mtp_adaptive_drafting": False, **options}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FastMTPStats, "record", record_step)
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **options)
@@ -305,22 +307,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, page, tmp_path):
-    import base64
-
+@contextlib.contextmanager
+def vllm_server(folder: Path, tmp_path: Path, *options: str):
+    """``vllm serve FOLDER`` on a free loopback port with the small-CPU engine settings; yields its base
+    URL once ``/health`` answers, and stops it afterwards."""
     import httpx
-    from openai import OpenAI
-
-    from jina_ocr.vllm import speculative_stats_from_prometheus
 
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     engine = {key.replace("_", "-"): value for key, value in ENGINE.items() if key != "disable_log_stats"}
     args = [f"--{key}={value}" if value is not True else f"--{key}" for key, value in engine.items()]
     server = subprocess.Popen(
-        [sys.executable, "-c", VLLM_CLI, "serve", str(lively_export), "--host=127.0.0.1",
-         f"--port={port}", "--served-model-name=jina-ocr", "--speculative-config",
-         json.dumps({"method": "mtp", "num_speculative_tokens": K}), *args],
+        [sys.executable, "-c", VLLM_CLI, "serve", str(folder), "--host=127.0.0.1", f"--port={port}",
+         "--served-model-name=jina-ocr", *options, *args],
         cwd=tmp_path, env=ENV, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -335,7 +334,28 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, 
             except httpx.HTTPError:
                 pass
             time.sleep(1)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
 
+
+SPECULATIVE = ("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": K}))
+
+
+def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, page, tmp_path):
+    import base64
+
+    import httpx
+    from openai import OpenAI
+
+    from jina_ocr.vllm import speculative_stats_from_prometheus
+
+    with vllm_server(lively_export, tmp_path, *SPECULATIVE) as base:
         client = OpenAI(base_url=f"{base}/v1", api_key="unused")
         image = base64.b64encode(page.read_bytes()).decode()
         reply = client.chat.completions.create(
@@ -363,10 +383,57 @@ def test_vllm_serve_answers_an_openai_chat_request_with_an_image(lively_export, 
         stats = speculative_stats_from_prometheus(httpx.get(f"{base}/metrics").text)
         assert stats["drafts"] >= 1 and stats["draft_tokens"] == K * stats["drafts"]
         assert len(stats["accepted_per_position"]) == K
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+
+
+@pytest.fixture(scope="module")
+def ascii_export(lively_export, tmp_path_factory) -> Path:
+    """The lively export whose LM head can only pick printable-ASCII tokens (the other rows are zero,
+    so their logit 0 loses to the best of the random ones): its text decodes the same way in vLLM's
+    detokenizer and in ours, and it never ends early."""
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("ascii") / "jina-ocr-tiny"
+    shutil.copytree(lively_export, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    special = set(tokenizer.all_special_ids) | {tokenizer.convert_tokens_to_ids(t) for t in ("<td>", "</td>")}
+    keep = [
+        i
+        for i in range(len(tokenizer))
+        if i not in special
+        and (text := tokenizer.decode([i])).isascii()
+        and text.strip()
+        and text.isprintable()
+    ]
+
+    def edit(state):
+        mask = torch.zeros(state["lm_head.weight"].shape[0], 1)
+        mask[keep] = 1
+        state["lm_head.weight"] = state["lm_head.weight"] * mask
+
+    rewrite_weights(folder, edit)
+    return folder
+
+
+def test_convert_through_a_vllm_endpoint_writes_transformers_greedy_text(ascii_export, page, tmp_path):
+    """``jina-ocr convert --endpoint`` against ``vllm serve`` (FastMTP drafting on) gives the page text
+    Transformers' greedy decoding gives on the same page, prompt and budget."""
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+    from jina_ocr.remote_code.processing_jina_ocr import JinaOCRProcessor
+
+    processor = JinaOCRProcessor.from_pretrained(ascii_export, trust_remote_code=True)
+    model = JinaOCRForConditionalGeneration.from_pretrained(ascii_export, dtype=torch.float32).eval()
+    inputs = processor.prepare_ocr_inputs(Image.open(page))
+    out = model.generate(**inputs, max_new_tokens=12, do_sample=False, use_mtp=False)
+    expected = processor.decode_ocr(out, inputs["input_ids"])
+    assert len(expected) >= 12
+
+    with vllm_server(ascii_export, tmp_path, *SPECULATIVE) as base:
+        done = subprocess.run(
+            [sys.executable, "-m", "jina_ocr.cli", "convert", str(page), "--endpoint", f"{base}/v1",
+             "--max-new-tokens", "12", "--format", "json"],
+            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [p["markdown"] for p in result["pages"]] == [expected]
+    assert result["pages"][0]["tokens"] == 12 and result["pages"][0]["fastmtp"] is None

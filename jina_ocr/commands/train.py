@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from jina_ocr.errors import UserError
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         from jina_ocr.models import BUNDLED
-        from jina_ocr.train.bundle import bundle
+        from jina_ocr.train.bundle import NotBetterError, bundle
 
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -162,7 +163,11 @@ def run(args: argparse.Namespace) -> int:
             )
         _check_positive(args.pages, "--pages")
         into = args.into or BUNDLED
-        result = bundle(args.model, into, args.card, args.pages)
+        try:
+            result = bundle(args.model, into, args.card, args.pages)
+        except NotBetterError as refusal:
+            print(f"jina-ocr train: {refusal}", file=sys.stderr)
+            return 1
         print(f"bundled {args.model} into {into}: {result}")
         return 0
     if args.phase == "sft":

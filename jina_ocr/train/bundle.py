@@ -25,6 +25,17 @@ MAX_BUNDLE_BYTES = 40 * 1024 * 1024
 EVAL_SEED = 1
 EVAL_PAGES = 32
 MIN_GAIN = 0.01
+CARD_TITLE = "jina-ocr-tiny"
+CARD_NOTICE = (
+    "**A small demo model, not jina-ocr-v1**: the jina-ocr-v1 architecture at a few million parameters, "
+    "trained from scratch on synthetic printed pages by the jina-ocr package (`jina-ocr train`). Its "
+    "weights are Apache-2.0, like the code. What it reads, and the commands that made it, are in the "
+    "model card beside its files in the package (`jina_ocr/models/jina-ocr-tiny/README.md`)."
+)
+
+
+class NotBetterError(Exception):
+    """The candidate does not read at least one point better than the bundled model: nothing changed."""
 
 
 def _stage(settings: dict) -> int:
@@ -48,7 +59,7 @@ def held_out_cer(folder: Path, stage: int, pages: int = EVAL_PAGES) -> float:
 
 def bundle(candidate: Path, into: Path, card: Path, pages: int = EVAL_PAGES) -> dict:
     """Copy ``candidate``'s model files into ``into`` (weights in bf16) with ``card`` as the model card,
-    if it beats the model already there; returns the comparison. Raises :class:`UserError` otherwise."""
+    if it beats the model already there; returns the comparison. Raises :class:`NotBetterError` otherwise."""
     candidate, into = Path(candidate), Path(into)
     if not card.is_file():
         raise UserError(f"--card {card}: no such file")
@@ -61,12 +72,13 @@ def bundle(candidate: Path, into: Path, card: Path, pages: int = EVAL_PAGES) -> 
         result["bundled_cer"] = round(held_out_cer(into, stage, pages), 4)
     result["candidate_cer"] = round(held_out_cer(candidate, stage, pages), 4)
     if "bundled_cer" in result and result["candidate_cer"] > result["bundled_cer"] - MIN_GAIN:
-        raise UserError(
+        raise NotBetterError(
             f"{candidate} reads {STAGES[stage]} pages with CER {result['candidate_cer']}, not one point "
             f"better than the bundled model's {result['bundled_cer']}: the bundle stays as it is"
         )
     model, processor = load_model_files(candidate)
     settings["bundle"] = result
+    settings["card_title"], settings["card_notice"] = CARD_TITLE, CARD_NOTICE
     staging = into.with_name(into.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     save_model_files(staging, model.to(torch.bfloat16), processor.tokenizer, settings)
