@@ -150,83 +150,90 @@ def _add_bundle_arguments(phases) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.phase == "bundle":
-        import torch
-
-        from jina_ocr.models import BUNDLED
-        from jina_ocr.train.bundle import NotBetterError, bundle
-
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        if not (args.model / "config.json").exists():
-            raise UserError(
-                f"{args.model}: no config.json there; give the model/ folder of an sft or mtp run"
-            )
-        _check_positive(args.pages, "--pages")
-        into = args.into or BUNDLED
-        try:
-            result = bundle(args.model, into, args.card, args.pages)
-        except NotBetterError as refusal:
-            print(f"jina-ocr train: {refusal}", file=sys.stderr)
-            return 1
-        print(f"bundled {args.model} into {into}: {result}")
-        return 0
-    if args.phase == "sft":
-        from jina_ocr.train.drills import BODY_FONTS, STAGES
-        from jina_ocr.train.recipe import PageRecipe
-        from jina_ocr.train.sft import SFTOptions, train_sft
-
-        if args.drill_fonts is not None:
-            unknown = sorted(set(args.drill_fonts) - set(BODY_FONTS))
-            if unknown:
-                raise UserError(
-                    f"--drill-fonts: unknown {', '.join(unknown)}; choose from {', '.join(BODY_FONTS)}"
-                )
-            args.drill_fonts = tuple(args.drill_fonts)
-
-        if args.stage is not None and args.stage not in STAGES:
-            raise UserError(f"--stage: unknown {args.stage}; choose from {', '.join(STAGES)}")
-        if args.advance_cer is not None:
-            if len(args.advance_cer) != len(STAGES) - 1:
-                raise UserError(
-                    f"--advance-cer takes {len(STAGES) - 1} values, one per stage before the last "
-                    f"({', '.join(STAGES[:-1])})"
-                )
-            args.advance_cer = tuple(args.advance_cer)
-        args.align_layers = tuple(args.align_layers)
-        names = {
-            name
-            for name in SFTOptions.__dataclass_fields__
-            if name != "recipe" and getattr(args, name, None) is not None
-        }
-        recipe = PageRecipe(
-            **{
-                name: value
-                for name in ("drill_fonts", "dense_fraction", "advance_cer")
-                if (value := getattr(args, name)) is not None
-            }
-        )
-        options = SFTOptions(**{name: getattr(args, name) for name in names}, recipe=recipe)
-        _check_positive(options.steps, "--steps")
-        _check_positive(options.batch_size, "--batch-size")
-        for flag, folder in (("--init", options.init), ("--resume-from", options.resume_from)):
-            if folder is not None and not (folder / "config.json").exists():
-                raise UserError(f"{flag} {folder}: no config.json there; give the model/ folder of a run")
-        folder = train_sft(options)
-    else:
-        from jina_ocr.train.mtp import MTPOptions, train_mtp
-
-        names = set(MTPOptions.__dataclass_fields__)
-        options = MTPOptions(**{name: getattr(args, name) for name in names})
-        _check_positive(options.pages, "--pages")
-        if options.held_out >= options.pages:
-            raise UserError(
-                f"--held-out {options.held_out} leaves no training pages out of --pages {options.pages}"
-            )
-        if not (options.model / "config.json").exists():
-            raise UserError(f"{options.model}: no config.json there; give the model/ folder of an sft run")
-        folder = train_mtp(options)
+        return _bundle(args)
+    folder = _sft(args) if args.phase == "sft" else _mtp(args)
     print(f"model files: {folder}")
     return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    import torch
+
+    from jina_ocr.models import BUNDLED
+    from jina_ocr.train.bundle import NotBetterError, bundle
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not (args.model / "config.json").exists():
+        raise UserError(f"{args.model}: no config.json there; give the model/ folder of an sft or mtp run")
+    _check_positive(args.pages, "--pages")
+    into = args.into or BUNDLED
+    try:
+        result = bundle(args.model, into, args.card, args.pages)
+    except NotBetterError as refusal:
+        print(f"jina-ocr train: {refusal}", file=sys.stderr)
+        return 1
+    print(f"bundled {args.model} into {into}: {result}")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> Path:
+    from jina_ocr.train.drills import BODY_FONTS, STAGES
+    from jina_ocr.train.recipe import PageRecipe
+    from jina_ocr.train.sft import SFTOptions, train_sft
+
+    if args.drill_fonts is not None:
+        unknown = sorted(set(args.drill_fonts) - set(BODY_FONTS))
+        if unknown:
+            raise UserError(
+                f"--drill-fonts: unknown {', '.join(unknown)}; choose from {', '.join(BODY_FONTS)}"
+            )
+        args.drill_fonts = tuple(args.drill_fonts)
+
+    if args.stage is not None and args.stage not in STAGES:
+        raise UserError(f"--stage: unknown {args.stage}; choose from {', '.join(STAGES)}")
+    if args.advance_cer is not None:
+        if len(args.advance_cer) != len(STAGES) - 1:
+            raise UserError(
+                f"--advance-cer takes {len(STAGES) - 1} values, one per stage before the last "
+                f"({', '.join(STAGES[:-1])})"
+            )
+        args.advance_cer = tuple(args.advance_cer)
+    args.align_layers = tuple(args.align_layers)
+    names = {
+        name
+        for name in SFTOptions.__dataclass_fields__
+        if name != "recipe" and getattr(args, name, None) is not None
+    }
+    recipe = PageRecipe(
+        **{
+            name: value
+            for name in ("drill_fonts", "dense_fraction", "advance_cer")
+            if (value := getattr(args, name)) is not None
+        }
+    )
+    options = SFTOptions(**{name: getattr(args, name) for name in names}, recipe=recipe)
+    _check_positive(options.steps, "--steps")
+    _check_positive(options.batch_size, "--batch-size")
+    for flag, folder in (("--init", options.init), ("--resume-from", options.resume_from)):
+        if folder is not None and not (folder / "config.json").exists():
+            raise UserError(f"{flag} {folder}: no config.json there; give the model/ folder of a run")
+    return train_sft(options)
+
+
+def _mtp(args: argparse.Namespace) -> Path:
+    from jina_ocr.train.mtp import MTPOptions, train_mtp
+
+    names = set(MTPOptions.__dataclass_fields__)
+    options = MTPOptions(**{name: getattr(args, name) for name in names})
+    _check_positive(options.pages, "--pages")
+    if options.held_out >= options.pages:
+        raise UserError(
+            f"--held-out {options.held_out} leaves no training pages out of --pages {options.pages}"
+        )
+    if not (options.model / "config.json").exists():
+        raise UserError(f"{options.model}: no config.json there; give the model/ folder of an sft run")
+    return train_mtp(options)
 
 
 def _check_positive(value: int, flag: str) -> None:

@@ -147,7 +147,7 @@ def drill_page(
         leading = row_height
         # Baselines at 70 % of a cell row (+-2 pt): ascenders and descenders stay inside the row.
         y = row_height * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
-    with_heading = stage == "page" and rng.random() < 0.9 or stage == "rows" and rng.random() < 0.4
+    with_heading = (stage == "page" and rng.random() < 0.9) or (stage == "rows" and rng.random() < 0.4)
     if with_heading:
         head_size = rng.choice((24.0, 26.0, 28.0, 30.0, 32.0))
         bold = BOLD_FONTS[font]

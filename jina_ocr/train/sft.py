@@ -40,7 +40,6 @@ from jina_ocr.errors import UserError
 from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
-from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
@@ -269,9 +268,7 @@ class _Trainer:
         if options.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.glyph_head = GlyphHead(model.config.hidden_size, model.config.vocab_size).to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            _parameter_groups(model, self.glyph_head, options), betas=(0.9, 0.95)
-        )
+        self.optimizer = make_optimizer(model, self.glyph_head, options)
         # A run resumed from model files alone has a fresh optimizer: its rate ramps up again.
         self.rewarm_from = progress.step if state is None and options.resume_from is not None else None
         if state is not None:
@@ -295,7 +292,6 @@ class _Trainer:
             visual=slice(first_visual, first_visual + visual_count),
         )
         self.collator = Collator(self.prompt, processor.tokenizer.pad_token_id)
-        self.grid = ViewGrid(options.recipe.view_size)
         self.held_out: dict[int, tuple[list, dict]] = {}
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=options.bf16)
         if state is None:
@@ -315,7 +311,6 @@ class _Trainer:
         return factor
 
     def save_checkpoint(self) -> None:
-        self.settings["steps_trained"] = self.progress.step
         self.settings["progress"] = self.progress.record()
         save_model_files(self.out / "model", self.model, self.processor.tokenizer, self.settings)
         path = self.out / CHECKPOINT
