@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -201,16 +202,18 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
 
 
 def test_sigterm_stops_a_run_after_its_step_with_a_checkpoint(tmp_path):
-    """A run handed SIGTERM (a machine going away) finishes the step in progress, checkpoints and exits 0."""
+    """A run whose process group gets SIGTERM (a machine going away) finishes the step in progress,
+    checkpoints and exits 0: its DataLoader worker leaves the signal to the main process."""
     out = tmp_path / "run"
     command = [sys.executable, "-m", "jina_ocr.cli", "train", "sft", str(out), "--steps", "200"]
     command += ["--batch-size", "1", "--eval-every", "0", "--log-every", "1", "--max-target-tokens", "16"]
-    command += ["--workers", "0", "--threads", "1", "--checkpoint-minutes", "100"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as run:
+    command += ["--workers", "1", "--threads", "1", "--checkpoint-minutes", "100"]
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL, "text": True, "start_new_session": True}
+    with subprocess.Popen(command, **popen) as run:
         for line in run.stdout:
             if '"loss"' in line:
                 break
-        run.send_signal(signal.SIGTERM)
+        os.killpg(run.pid, signal.SIGTERM)  # the whole group, page-rendering worker included
         rest = run.stdout.read()
         assert run.wait(timeout=120) == 0
     stopped = [r for r in _log(out) if "stopped" in r]

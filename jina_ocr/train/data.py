@@ -13,6 +13,7 @@ also carries the page's glyph targets (:mod:`jina_ocr.train.glyphs`) for the tra
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -82,6 +83,10 @@ class TrainingPageStream(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None:
             torch.set_num_threads(1)  # the main process owns the cores for the model
+            # A SIGTERM or Ctrl-C sent to the whole process group is the main process's to handle: it
+            # finishes its step and checkpoints (jina_ocr.train.sft), then shuts the workers down.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         index = self.start + worker
         while True:
             page = self.page(index)
