@@ -14,13 +14,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pymupdf
 import pytest
 import torch
+from loopback import wait_until_healthy
 
 from jina_ocr import endpoints
 from jina_ocr.cli import main
@@ -51,16 +51,7 @@ def servers(lively_export, tmp_path_factory):
         started.append((process, f"http://127.0.0.1:{port}", log))
     try:
         for process, base, log in started:
-            deadline = time.monotonic() + 180
-            while True:
-                assert process.poll() is None, Path(log.name).read_text()[-3000:]
-                assert time.monotonic() < deadline, "jina-ocr serve did not come up in time"
-                try:
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+            wait_until_healthy(process, base, Path(log.name), seconds=180, pause=0.2)
         yield [(process, f"{base}/v1") for process, base, _ in started]
     finally:
         for process, _, log in started:

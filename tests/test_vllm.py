@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ if importlib.util.find_spec("vllm") is None:
     )
 
 import torch  # noqa: E402
+from loopback import wait_until_healthy  # noqa: E402
 from model_edits import rewrite_weights  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
@@ -311,7 +311,6 @@ def _free_port() -> int:
 def vllm_server(folder: Path, tmp_path: Path, *options: str):
     """``vllm serve FOLDER`` on a free loopback port with the small-CPU engine settings; yields its base
     URL once ``/health`` answers, and stops it afterwards."""
-    import httpx
 
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
@@ -324,16 +323,7 @@ def vllm_server(folder: Path, tmp_path: Path, *options: str):
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-6000:]
-            assert time.monotonic() < deadline, "vllm serve did not come up in time"
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        wait_until_healthy(server, base, tmp_path / "serve.log", seconds=240, pause=1)
         yield base
     finally:
         server.terminate()
