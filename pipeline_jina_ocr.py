@@ -15,6 +15,8 @@ from typing import Any
 
 from transformers import Pipeline
 
+from .batching_jina_ocr import BatchDriver, Page
+
 try:  # PyMuPDF renders PDF pages; without it the pipeline still takes images.
     import pymupdf
 except ImportError:  # pragma: no cover - depends on the user's environment
@@ -82,13 +84,13 @@ class JinaOCRPipeline(Pipeline):
             item = render_pdf_page(item["pdf"], int(item.get("page", page)), dpi)
         elif _is_pdf(item):
             item = render_pdf_page(item, int(page), dpi)
-        return self.processor.prepare_ocr_inputs(item, prompt=prompt, dtype=self.model.dtype)
+        return {"page": item, "prompt": prompt}
 
-    def _forward(self, model_inputs, **generate_kwargs):
-        generate_kwargs.setdefault("do_sample", False)
-        sequences = self.model.generate(**model_inputs, **generate_kwargs)
-        return {"sequences": sequences, "input_ids": model_inputs["input_ids"]}
+    def _forward(self, model_inputs, max_new_tokens=None, **generate_kwargs):
+        """The page through the batch driver that ``jina-ocr convert`` and ``serve`` use."""
+        driver = BatchDriver(self.model, self.processor, prompt=model_inputs["prompt"], **generate_kwargs)
+        [generation] = driver.generate([Page(model_inputs["page"], max_new_tokens)])
+        return {"generation": generation}
 
     def postprocess(self, model_outputs):
-        markdown = self.processor.decode_ocr(model_outputs["sequences"], model_outputs["input_ids"])
-        return [{"generated_text": markdown}]
+        return [{"generated_text": model_outputs["generation"].markdown}]

@@ -11,7 +11,8 @@ Two classes, as Transformers expects of a vision-language model:
   visual vectors, batches pages of different tile counts with left padding, and turns the generated
   ids back into clean Markdown (grounding spans become image links, boxes are kept aside).
 
-This file ships to the Hub as remote code: it imports only Transformers, PIL, NumPy and torch.
+This file ships to the Hub as remote code: it imports only Transformers, PIL, NumPy, torch and the
+batch driver of ``processor.ocr`` (batching_jina_ocr.py), which ships beside it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from transformers import BatchFeature, PreTrainedTokenizerFast, ProcessorMixin
 from transformers.image_processing_backends import PilBackend
 from transformers.processing_utils import ImagesKwargs
+
+from .batching_jina_ocr import BatchDriver, Page
 
 # ----------------------------------------------------------------------------------------------------
 # The tiling rule (SPEC section 4)
@@ -754,22 +757,20 @@ class JinaOCRProcessor(ProcessorMixin):
         """Pages in, Markdown out, in one call: ``prepare_ocr_inputs`` -> greedy ``generate`` -> ``decode_ocr``.
 
         One image gives one ``str``; a list gives a list, one entry per page, processed ``batch_size``
-        pages at a time (all at once when None) to bound memory on long documents.
+        pages at a time (all at once when None) to bound memory on long documents. The pages go
+        through the batch driver (batching_jina_ocr.py) that ``jina-ocr convert`` and ``serve`` use:
+        a batch that fails is retried page by page, and the first page that fails alone raises.
         """
         single = not isinstance(image_or_images, (list, tuple))
         pages = [image_or_images] if single else list(image_or_images)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        step = batch_size or max(1, len(pages))
-        generate_kwargs.setdefault("do_sample", False)
+        driver = BatchDriver(model, self, prompt=prompt, max_new_tokens=max_new_tokens, **generate_kwargs)
         results = []
-        for start in range(0, len(pages), step):
-            chunk = pages[start : start + step]
-            inputs = self.prepare_ocr_inputs(chunk, prompt=prompt, device=model.device, dtype=model.dtype)
-            with torch.inference_mode():
-                generated = model.generate(**inputs, max_new_tokens=max_new_tokens, **generate_kwargs)
-            decoded = self.decode_ocr(generated, inputs["input_ids"], return_regions=return_regions)
-            results.extend([decoded] if len(chunk) == 1 else decoded)
+        for outcome in driver.run([Page(page) for page in pages], batch_size):
+            if isinstance(outcome, Exception):
+                raise outcome
+            results.append((outcome.markdown, outcome.regions) if return_regions else outcome.markdown)
         return results[0] if single else results
 
 

@@ -14,10 +14,14 @@ Rows accept different numbers of drafts, so the caches are kept "padded consiste
 - once the holes of the last steps add up to ``COMPACT_AFTER`` columns, and whenever rows leave
   the batch after holes were made (the row that left may have been the longest), both caches are
   compacted (``fastmtp.compact``), so holes do not accumulate over a long page;
-- a row that finished (EOS or its token budget) leaves the batch, caches included.
+- a row that finished (EOS, its token budget, or a row stopping criterion) leaves the batch, caches
+  included.
 
-Options the loop cannot honour (sampling, beams, custom logits processors, stopping criteria,
-streamers, extra outputs, ...) are refused with an error that says what to do instead.
+Stopping criteria are honoured when they decide per row from the tokens each step commits (the
+``commit_rows`` method of ``RowStops`` in batching_jina_ocr.py): the pages' own limits and cancellation end rows
+while the others go on. Options the loop cannot honour (sampling, beams, custom logits processors,
+other stopping criteria, streamers, extra outputs, ...) are refused with an error that says what to
+do instead.
 """
 
 from __future__ import annotations
@@ -139,9 +143,11 @@ def generate_batched(
     pad_token_id: int,
     loop_guard,
     stats: FastMTPStats,
+    row_stops: list | None = None,
 ) -> torch.LongTensor:
     """Greedy decoding of a left-padded batch with FastMTP; returns prompts plus generated tokens,
-    finished rows padded with ``pad_token_id`` (the layout of the library's greedy output)."""
+    finished rows padded with ``pad_token_id`` (the layout of the library's greedy output).
+    ``row_stops`` are stopping criteria with ``commit_rows``, told every step's commits."""
     batch, prompt_length = input_ids.shape
     device = input_ids.device
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
@@ -175,7 +181,19 @@ def generate_batched(
     )
     drafter = FastMTPDrafter(model)
     last_token, main_mask = first, mask
-    finished = torch.isin(first, stop_ids) | (max_new_tokens <= 1)
+    row_stops = row_stops or []
+
+    def stopped_rows(tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        stopped = torch.zeros_like(counts, dtype=torch.bool)
+        for criterion in row_stops:
+            stopped |= criterion.commit_rows(rows, tokens, counts)
+        return stopped
+
+    finished = (
+        torch.isin(first, stop_ids)
+        | (max_new_tokens <= 1)
+        | stopped_rows(first[:, None], torch.ones_like(first))
+    )
     generated[:, 0] = first
     lengths += 1
     guard.commit(first[:, None], torch.ones_like(first))
@@ -234,7 +252,7 @@ def generate_batched(
         lengths = lengths + committed
         final_lengths[rows] = lengths
         guard.commit(targets, committed)
-        finished = stops.any(dim=1) | (lengths >= max_new_tokens)
+        finished = stops.any(dim=1) | (lengths >= max_new_tokens) | stopped_rows(targets, committed)
         summary = torch.cat(
             [
                 (accepted[:, None] > span[None, :k]).sum(dim=0),

@@ -9,6 +9,8 @@
   search, that call decodes without it; asking for both explicitly is an error.
 - The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
   decoding apply it identically.
+- Row stopping criteria (``RowStops`` of batching_jina_ocr.py) work in every loop; with FastMTP they are handed the
+  call's running statistics, so a page that finishes early reports the counts up to its end.
 """
 
 from __future__ import annotations
@@ -126,20 +128,27 @@ def generate(
         processors.append(guard)
 
     batch = input_ids.shape[0] if input_ids is not None else 1
+    row_stops = [c for c in stopping_criteria or () if callable(getattr(c, "commit_rows", None))]
     if use_mtp and batch > 1:
+        stats = FastMTPStats(steps, input_ids.shape[0], adaptive)
+        for criterion in row_stops:
+            criterion.fastmtp = stats
         return _generate_batch(
             model,
             config,
             input_ids,
             model_kwargs,
-            FastMTPStats(steps, input_ids.shape[0], adaptive),
+            stats,
             guard,
+            row_stops,
             logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
+            stopping_criteria=[c for c in stopping_criteria or () if c not in row_stops],
             streamer=streamer,
         )
 
     run = FastMTPCall(steps, FastMTPStats(steps, 1, adaptive)) if use_mtp else None
+    for criterion in row_stops:
+        criterion.fastmtp = run.stats if run is not None else None
     model._fastmtp_call = run
     try:
         output = library_generate(
@@ -157,7 +166,7 @@ def generate(
     return output
 
 
-def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, **call_options):
+def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, row_stops, **call_options):
     model_kwargs = dict(model_kwargs)
     model_kwargs.pop("input_ids", None)
     attention_mask = model_kwargs.pop("attention_mask", None)
@@ -185,6 +194,7 @@ def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, **call
         pad_token_id=pad,
         loop_guard=guard,
         stats=stats,
+        row_stops=row_stops,
     )
     model.fastmtp_stats = stats.as_dict()
     return output

@@ -5,10 +5,11 @@
 ...     print(page.page, page.markdown)
 
 Pages render lazily (see :mod:`jina_ocr.documents`) and go through the model in batches of up to
-``batch_size``; results stream out as each batch finishes, so memory holds one batch of pages at a
-time whatever the length of the document. A page that cannot be rendered or generated comes back
-with ``error`` set and the others still convert; errors about the whole document (unreadable file,
-wrong password, page out of range) are raised when :func:`convert` is called, before any work.
+``batch_size``, run by the batch driver of the remote code (batching_jina_ocr.py); results stream out
+as each batch finishes, so memory holds one batch of pages at a time whatever the length of the
+document. A page that cannot be rendered or generated comes back with ``error`` set and the others
+still convert; errors about the whole document (unreadable file, wrong password, page out of range)
+are raised when :func:`convert` is called, before any work.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from jina_ocr.documents import (
 )
 from jina_ocr.errors import UserError
 from jina_ocr.models import BUNDLED as BUNDLED_MODEL
+from jina_ocr.remote_code.batching_jina_ocr import BatchDriver, Generation, Page, batches
 
 DEFAULT_BATCH_SIZE = 4
 DEFAULT_MAX_NEW_TOKENS = 4096
@@ -55,7 +57,8 @@ class PageResult:
     ``seconds`` is the page's share of the wall time of its batch (render, preprocessing, generation,
     decoding), so the seconds of a document add up to its conversion time. ``tokens`` counts generated
     tokens without the end-of-sequence and padding tokens. ``fastmtp`` holds the FastMTP statistics of
-    the ``generate`` call the page was part of (its batch), or None without FastMTP.
+    the ``generate`` call the page was part of (its batch) up to the step that finished the page, or
+    None without FastMTP.
     """
 
     source: str
@@ -95,17 +98,6 @@ class PageResult:
 
 
 @dataclass
-class Generation:
-    """Output of one image within a :meth:`Converter.generate` batch."""
-
-    markdown: str
-    tokens: int
-    prompt_tokens: int
-    seconds: float
-    fastmtp: dict | None
-
-
-@dataclass
 class RenderedPage:
     """A page on its way to the model: its image, or the error that kept it from rendering."""
 
@@ -132,23 +124,18 @@ def render_batches(
     """Render pages lazily and group them, in page order, into batches of up to ``batch_size`` pages.
 
     A page that fails to render stays in its batch with ``error`` set and no image, so results keep
-    page order. Like :func:`itertools.groupby`, each list is emptied when the next one is requested:
-    a batch's pages are released before the next page is rendered, so at most ``batch_size``
-    rendered pages are alive at a time even in a plain ``for`` loop.
+    page order. The grouping is the batch driver's (``batches``): a batch's pages are released before
+    the next page is rendered, so at most ``batch_size`` rendered pages are alive at a time.
     """
-    batch: list[RenderedPage] = []
-    for number in numbers:
+
+    def render(number: int) -> RenderedPage:
         start = time.perf_counter()
         try:
-            batch.append(RenderedPage(number, document.render(number), time.perf_counter() - start))
+            return RenderedPage(number, document.render(number), time.perf_counter() - start)
         except DocumentError as error:
-            batch.append(RenderedPage(number, None, time.perf_counter() - start, error))
-        if len(batch) == batch_size:
-            yield batch
-            batch.clear()
-    if batch:
-        yield batch
-        batch.clear()
+            return RenderedPage(number, None, time.perf_counter() - start, error)
+
+    return batches(map(render, numbers), batch_size)
 
 
 BUNDLED_NOTICE = (
@@ -303,6 +290,9 @@ class Converter:
     """Resolution mode of the processor (``tiny`` 512 px ... ``gundam`` 1024 px plus 640 px tiles);
     None keeps the model's own, which for jina-ocr-v1 is ``gundam``. Smaller modes trade accuracy on
     dense pages for speed."""
+    progress: Callable[[int], None] | None = None
+    """Told the tokens every decoding step adds (over the pages of the batch), so a progress display
+    moves while a batch decodes rather than only when it ends."""
 
     def __post_init__(self):
         for field in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
@@ -325,13 +315,18 @@ class Converter:
         changes = {key: value for key, value in options.items() if value is not None}
         return dataclasses.replace(self, **changes) if changes else self
 
-    @property
-    def _stop_ids(self) -> set[int]:
-        config = self.model.generation_config
-        ids = set()
-        for value in (config.eos_token_id, config.pad_token_id):
-            ids.update(value if isinstance(value, list) else [] if value is None else [value])
-        return ids
+    def driver(self) -> BatchDriver:
+        """The batch driver with this converter's model and options: what every conversion runs."""
+        mtp = {} if self.use_mtp is None else {"use_mtp": self.use_mtp}
+        return BatchDriver(
+            self.model,
+            self.processor,
+            prompt=self.prompt,
+            mode=self.mode,
+            max_new_tokens=self.max_new_tokens,
+            progress=self.progress,
+            **mtp,
+        )
 
     def generate(
         self,
@@ -340,47 +335,18 @@ class Converter:
         prompt: str | None = None,
         max_new_tokens: int | Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Run one batch of page images through the model.
+        """Run one batch of page images through the model; raises if the batch fails.
 
         ``max_new_tokens`` may differ per image (the server batches requests with different
-        ``max_tokens``): the batch generates up to the largest and each output is cut to its own
-        limit, which under greedy decoding equals generating it alone with that limit.
+        ``max_tokens``): each page stops at its own limit while the others go on, which under greedy
+        decoding equals generating it alone with that limit.
         """
-        import torch
-
-        count = len(images)
         if isinstance(max_new_tokens, Sequence):
             limits = list(max_new_tokens)
         else:
-            limits = [max_new_tokens or self.max_new_tokens] * count
-        start = time.perf_counter()
-        inputs = self.processor.prepare_ocr_inputs(
-            list(images),
-            prompt=prompt if prompt is not None else self.prompt,
-            device=self.model.device,
-            dtype=self.model.dtype,
-            mode=self.mode,
-        )
-        mtp = {} if self.use_mtp is None else {"use_mtp": self.use_mtp}
-        with torch.inference_mode():
-            output = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, **mtp)
-        stats = getattr(self.model, "fastmtp_stats", None)  # None when this call did not use FastMTP
-        prompt_length = inputs["input_ids"].shape[1]
-        stop = self._stop_ids
-        results = []
-        for row, limit in enumerate(limits):
-            tokens = output[row, prompt_length : prompt_length + limit].tolist()
-            while tokens and tokens[-1] in stop:
-                tokens.pop()
-            text = self.processor.decode_ocr(
-                output[row : row + 1, : prompt_length + limit], inputs["input_ids"][row : row + 1]
-            )
-            prompt_tokens = int(inputs["attention_mask"][row].sum())
-            results.append(Generation(text, len(tokens), prompt_tokens, 0.0, dict(stats) if stats else None))
-        seconds = time.perf_counter() - start
-        for result in results:
-            result.seconds = seconds / count
-        return results
+            limits = [max_new_tokens or self.max_new_tokens] * len(images)
+        pages = [Page(image, limit) for image, limit in zip(images, limits, strict=True)]
+        return self.driver().generate(pages, prompt)
 
     def convert(
         self,
@@ -417,19 +383,17 @@ class Converter:
         ]
 
     def _convert_batch(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
-        """Generate a batch; if it fails, retry its pages alone so that one bad page costs only itself."""
+        """Generate a batch (a failed batch is retried page by page by the driver's ``run_batch``)."""
         if not batch:
             return []
-        try:
-            generations = self.generate([page.image for page in batch])
-        except Exception as error:
-            if len(batch) > 1:
-                return [result for page in batch for result in self._convert_batch(source, [page])]
-            reason = f"{type(error).__name__}: {error}"
-            return [PageResult(source, batch[0].number, seconds=batch[0].seconds, error=reason)]
+        outcomes = self.driver().run_batch([Page(page.image) for page in batch])
         return [
-            PageResult.converted(source, page.number, generation, page.seconds)
-            for page, generation in zip(batch, generations, strict=True)
+            PageResult(
+                source, page.number, seconds=page.seconds, error=f"{type(outcome).__name__}: {outcome}"
+            )
+            if isinstance(outcome, Exception)
+            else PageResult.converted(source, page.number, outcome, page.seconds)
+            for page, outcome in zip(batch, outcomes, strict=True)
         ]
 
 

@@ -16,8 +16,11 @@ Endpoints:
 - ``GET /health`` and ``GET /v1/models``.
 
 Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
-share a prompt and runs them as one ``generate`` call. Each request keeps at most ``batch_size``
-rendered pages in flight, so a long PDF does not fill memory. Limits (body size, pages per request,
+share a prompt and runs them as one ``generate`` call through the batch driver (batching_jina_ocr.py).
+A request is answered as soon as its own pages are done, while the batch goes on with the others;
+a request whose client hangs up is cancelled, and its pages stop generating within a step (or never
+start). Each request keeps at most ``batch_size`` rendered pages in flight, so a long PDF does not
+fill memory. Limits (body size, pages per request,
 page pixels, queued pages) are answered with 4xx and an OpenAI-style error body. Image URLs other than
 ``data:`` are refused: the server never fetches anything.
 """
@@ -36,12 +39,12 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -49,6 +52,13 @@ from starlette.exceptions import HTTPException
 from jina_ocr.conversion import PAGE_MARKER, Converter, Generation, PageResult
 from jina_ocr.documents import Document, DocumentError, PixelLimitError, open_document
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.batching_jina_ocr import Cancelled, Page
+
+DISCONNECT_POLL_SECONDS = 0.2
+"""How often a request waiting for its pages checks that its client is still connected."""
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged for a request whose client hung up (nginx's convention); nobody receives it."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,21 @@ class _Job:
     image: Image.Image
     prompt: str | None
     max_new_tokens: int
-    future: concurrent.futures.Future
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """Give the page up: dropped if it is still queued, stopped at the next step if it is running."""
+        self.cancelled.set()
+        self.future.cancel()
+
+    def settle(self, outcome: Generation | Exception) -> None:
+        """The driver's ``done`` callback, called on the worker thread as soon as the page is done."""
+        if not self.future.done():
+            if isinstance(outcome, Exception):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
 
 
 class BatchQueue:
@@ -132,17 +156,22 @@ class BatchQueue:
     The worker takes the oldest page, waits up to ``wait_seconds`` for more, and runs up to
     ``batch_size`` pages with the same prompt together (the processor takes one prompt per batch);
     pages with another prompt wait for the next batch, in arrival order. One thread owns the model,
-    which is not safe to call concurrently.
+    which is not safe to call concurrently. The converter's batch driver runs each batch: it resolves
+    a page's future as soon as the page is done, skips and stops cancelled pages, and retries a failed
+    batch page by page. ``tokens`` counts the tokens generated so far, ``cancelled`` the pages given
+    up before they were done.
     """
 
     def __init__(self, converter: Converter, batch_size: int, wait_seconds: float, max_queued: int):
-        self.converter = converter
+        self.driver = converter.with_options(progress=self._count_tokens).driver()
         self.batch_size = batch_size
         self.wait_seconds = wait_seconds
         self.max_queued = max_queued
         self.batches = 0
         self.largest_batch = 0
         self.pages = 0
+        self.tokens = 0
+        self.cancelled = 0
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._waiting: deque[_Job] = deque()
         self._thread = threading.Thread(target=self._work, name="jina-ocr-batcher", daemon=True)
@@ -158,14 +187,15 @@ class BatchQueue:
     def queued(self) -> int:
         return self._jobs.qsize() + len(self._waiting)
 
-    def submit(
-        self, image: Image.Image, prompt: str | None, max_new_tokens: int
-    ) -> concurrent.futures.Future:
+    def submit(self, image: Image.Image, prompt: str | None, max_new_tokens: int) -> _Job:
         if self.queued >= self.max_queued:
             raise RequestError(429, f"server busy: {self.queued} pages are queued; retry later")
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._jobs.put(_Job(image, prompt, max_new_tokens, future))
-        return future
+        job = _Job(image, prompt, max_new_tokens)
+        self._jobs.put(job)
+        return job
+
+    def _count_tokens(self, count: int) -> None:
+        self.tokens += count
 
     def _next(self, timeout: float | None) -> _Job | None:
         if self._waiting:
@@ -191,36 +221,25 @@ class BatchQueue:
                     break
                 (batch if job.prompt == first.prompt else passed_over).append(job)
             self._waiting.extendleft(reversed(passed_over))
-            self._run([job for job in batch if job.future.set_running_or_notify_cancel()])
+            running = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            self.cancelled += len(batch) - len(running)
+            self._run(running)
             if stopping:
                 self._jobs.put(None)
 
     def _run(self, batch: list[_Job]) -> None:
-        for job, outcome in zip(batch, self._generate(batch), strict=True):
-            if isinstance(outcome, Exception):
-                job.future.set_exception(outcome)
-            else:
-                job.future.set_result(outcome)
-
-    def _generate(self, batch: list[_Job]) -> list[Generation | Exception]:
-        """Outcomes of one batch; if the batch fails, its pages are retried alone so that one bad page
-        does not fail the requests it happened to share a batch with."""
         if not batch:
-            return []
-        try:
-            generations = self.converter.generate(
-                [job.image for job in batch],
-                prompt=batch[0].prompt,
-                max_new_tokens=[job.max_new_tokens for job in batch],
-            )
-        except Exception as error:
-            if len(batch) == 1:
-                return [error]
-            return [outcome for job in batch for outcome in self._generate([job])]
+            return
+        pages = [Page(job.image, job.max_new_tokens, job.cancelled.is_set, job.settle) for job in batch]
+        outcomes = self.driver.run_batch(pages, batch[0].prompt)
         self.batches += 1
         self.pages += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
-        return generations
+        self.cancelled += sum(isinstance(outcome, Cancelled) for outcome in outcomes)
+
+
+class ClientGone(Exception):
+    """The client of a request hung up while it waited for its pages."""
 
 
 @dataclass
@@ -268,14 +287,18 @@ class OCRService:
             )
 
     async def run_pages(
-        self, pages: list[_Page], prompt: str | None, max_new_tokens: int
+        self, request: Request, pages: list[_Page], prompt: str | None, max_new_tokens: int
     ) -> AsyncIterator[tuple[_Page, Generation | Exception]]:
-        """Render and convert pages in order, keeping at most ``batch_size`` of this request in flight."""
-        window: deque[tuple[_Page, concurrent.futures.Future | Exception]] = deque()
+        """Render and convert pages in order, keeping at most ``batch_size`` of this request in flight.
+
+        Raises :class:`ClientGone` when the client hangs up; however this ends (answered, failed,
+        client gone), the pages still queued or running are cancelled.
+        """
+        window: deque[tuple[_Page, _Job | Exception]] = deque()
         try:
             for page in pages:
                 if len(window) >= self.converter.batch_size:
-                    yield await _settle(*window.popleft())
+                    yield await _settle(request, *window.popleft())
                 start = time.perf_counter()
                 try:
                     image = await run_in_threadpool(page.document.render, page.number)
@@ -287,18 +310,26 @@ class OCRService:
                 window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
                 del image
             while window:
-                yield await _settle(*window.popleft())
+                yield await _settle(request, *window.popleft())
         finally:
             for _, pending in window:
-                if isinstance(pending, concurrent.futures.Future):
+                if isinstance(pending, _Job):
                     pending.cancel()
 
 
-async def _settle(page: _Page, pending) -> tuple[_Page, Generation | Exception]:
+async def _settle(
+    request: Request, page: _Page, pending: _Job | Exception
+) -> tuple[_Page, Generation | Exception]:
+    """The page's outcome once its job is done, checking meanwhile that the client is still there."""
     if isinstance(pending, Exception):
         return page, pending
+    waiter = asyncio.wrap_future(pending.future)
+    while not (await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_SECONDS))[0]:
+        if await request.is_disconnected():
+            pending.cancel()
+            raise ClientGone
     try:
-        return page, await asyncio.wrap_future(pending)
+        return page, waiter.result()
     except Exception as error:
         return page, error
 
@@ -380,6 +411,10 @@ def create_app(
     async def http_error(request, error: HTTPException):
         return JSONResponse(_error_body(error.status_code, str(error.detail)), status_code=error.status_code)
 
+    @app.exception_handler(ClientGone)
+    async def client_gone(request, error: ClientGone):
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, error: RequestValidationError):
         problems = "; ".join(
@@ -397,6 +432,8 @@ def create_app(
             "batches": queue_.batches,
             "pages": queue_.pages,
             "largest_batch": queue_.largest_batch,
+            "generated_tokens": queue_.tokens,
+            "cancelled_pages": queue_.cancelled,
         }
 
     @app.get("/v1/models")
@@ -442,12 +479,12 @@ def create_app(
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             stream = _chat_stream(
-                service, pages, documents, prompt, limit, completion_id, created, include_usage
+                service, request, pages, documents, prompt, limit, completion_id, created, include_usage
             )
             return StreamingResponse(stream, media_type="text/event-stream")
         try:
             texts, prompt_tokens, tokens, truncated = [], 0, 0, False
-            async with aclosing(service.run_pages(pages, prompt, limit)) as outcomes:
+            async with aclosing(service.run_pages(request, pages, prompt, limit)) as outcomes:
                 async for page, outcome in outcomes:
                     if isinstance(outcome, DocumentError):
                         raise RequestError(400, str(outcome))
@@ -480,6 +517,7 @@ def create_app(
 
     @app.post("/v1/documents")
     async def documents(
+        request: Request,
         file: Annotated[UploadFile, File(description="the PDF or image")],
         pages: Annotated[str | None, Form(description="pages to convert, e.g. 1-3,7,10-")] = None,
         password: Annotated[str | None, Form()] = None,
@@ -499,7 +537,7 @@ def create_app(
             service.check_page_count(len(numbers))
             results = []
             async with aclosing(
-                service.run_pages([_Page(document, n) for n in numbers], prompt, limit)
+                service.run_pages(request, [_Page(document, n) for n in numbers], prompt, limit)
             ) as outcomes:
                 async for page, outcome in outcomes:
                     if isinstance(outcome, Generation):
@@ -539,6 +577,7 @@ def _sse(payload: dict | str) -> bytes:
 
 async def _chat_stream(
     service: OCRService,
+    request: Request,
     pages: list[_Page],
     documents: list[Document],
     prompt: str | None,
@@ -549,7 +588,8 @@ async def _chat_stream(
 ) -> AsyncIterator[bytes]:
     """Server-sent events in OpenAI's chunk format: a role chunk, one content chunk per page, a finish
     chunk, optionally a usage chunk, then ``[DONE]``. A failure after the headers went out is sent as
-    an ``error`` event, which OpenAI clients raise."""
+    an ``error`` event, which OpenAI clients raise. A client that hangs up ends the stream and
+    cancels its pages."""
 
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
         return {
@@ -565,7 +605,7 @@ async def _chat_stream(
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         first = True
-        async with aclosing(service.run_pages(pages, prompt, limit)) as outcomes:
+        async with aclosing(service.run_pages(request, pages, prompt, limit)) as outcomes:
             async for page, outcome in outcomes:
                 if isinstance(outcome, Exception):
                     status = 400 if isinstance(outcome, DocumentError) else 500
@@ -586,6 +626,8 @@ async def _chat_stream(
             }
             yield _sse({**chunk({}), "choices": [], "usage": usage})
         yield _sse("[DONE]")
+    except ClientGone:
+        return
     finally:
         _close(documents)
 

@@ -26,22 +26,22 @@ def converter(tiny_export) -> Converter:
     )
 
 
-def count_generate_calls(converter: Converter) -> list[int]:
-    """Record the batch size of every generate call the converter makes."""
+def count_generate_calls(converter: Converter, monkeypatch) -> list[int]:
+    """Record the batch size of every ``model.generate`` call the converter makes."""
     calls = []
-    generate = converter.generate
+    generate = converter.model.generate
 
-    def counting(images, **options):
-        calls.append(len(images))
-        return generate(images, **options)
+    def counting(**inputs):
+        calls.append(len(inputs["input_ids"]))
+        return generate(**inputs)
 
-    converter.generate = counting
+    monkeypatch.setattr(converter.model, "generate", counting)
     return calls
 
 
-def test_pages_stream_out_as_each_batch_finishes(converter):
+def test_pages_stream_out_as_each_batch_finishes(converter, monkeypatch):
     local = converter.with_options(batch_size=2)
-    calls = count_generate_calls(local)
+    calls = count_generate_calls(local, monkeypatch)
     stream = jina_ocr.convert(pdf_with_pages(3), pages="1-", model=local, name="three.pdf")
     first = next(stream)
     assert calls == [2]  # the first result arrives after one batch, not after the document

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from jina_ocr.commands import _endpoint
@@ -227,15 +228,44 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+class _TokenMeter:
+    """The progress bar's token count and rate, beside its count of finished pages.
+
+    A local model reports every decoding step (``Converter.progress``), so the count moves while a
+    batch decodes; redraws are limited to a few a second. Results from endpoints report their
+    tokens when each page comes back.
+    """
+
+    REDRAW_SECONDS = 0.2
+
+    def __init__(self, bar):
+        self.bar = bar
+        self.tokens = 0
+        self.start = self.drawn = time.monotonic()
+
+    def add(self, count: int) -> None:
+        self.tokens += count
+        now = time.monotonic()
+        if now - self.drawn >= self.REDRAW_SECONDS:
+            self.drawn = now
+            self.bar.set_postfix_str(self.text(now))
+
+    def text(self, now: float | None = None) -> str:
+        elapsed = (now or time.monotonic()) - self.start
+        return f"{self.tokens:,} tokens, {self.tokens / elapsed if elapsed else 0.0:.1f} tok/s"
+
+
 def _convert_all(converter: Converter, jobs: list[tuple[Path, list[int]]], args, suffix: str) -> bool:
     """Convert every job, writing each output as soon as its document is done; True if anything failed."""
     from tqdm import tqdm
 
     failed = False
-    tokens = 0
-    seconds = 0.0
     to_stdout = args.output is None
     with tqdm(total=sum(len(numbers) for _, numbers in jobs), unit="page", file=sys.stderr) as bar:
+        meter = _TokenMeter(bar)
+        live = isinstance(converter, Converter)
+        if live:
+            converter = converter.with_options(progress=meter.add)
         for path, numbers in jobs:
             if to_stdout and args.format == "md" and len(jobs) > 1:
                 sys.stdout.write(_comment(f"document: {path}") + "\n\n")
@@ -249,13 +279,12 @@ def _convert_all(converter: Converter, jobs: list[tuple[Path, list[int]]], args,
                 continue
             for result in stream:
                 results.append(result)
-                if result.ok:
-                    tokens += result.tokens
-                else:
+                if not result.ok:
                     failed = True
                     _report(f"error: {path}, page {result.page}: {result.error}")
-                seconds += result.seconds
-                bar.set_postfix_str(f"{tokens / seconds if seconds else 0.0:.1f} tok/s", refresh=False)
+                elif not live:
+                    meter.tokens += result.tokens
+                bar.set_postfix_str(meter.text(), refresh=False)
                 bar.update(1)
                 if to_stdout and args.format == "md":
                     sys.stdout.write(_markdown([result]) + "\n")
