@@ -295,10 +295,16 @@ class OCRService:
         client gone), the pages still queued or running are cancelled.
         """
         window: deque[tuple[_Page, _Job | Exception]] = deque()
+
+        async def oldest() -> tuple[_Page, Generation | Exception]:
+            outcome = await _settle(request, *window[0])  # still in the window, cancelled if this ends
+            window.popleft()
+            return outcome
+
         try:
             for page in pages:
                 if len(window) >= self.converter.batch_size:
-                    yield await _settle(request, *window.popleft())
+                    yield await oldest()
                 start = time.perf_counter()
                 try:
                     image = await run_in_threadpool(page.document.render, page.number)
@@ -310,7 +316,7 @@ class OCRService:
                 window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
                 del image
             while window:
-                yield await _settle(request, *window.popleft())
+                yield await oldest()
         finally:
             for _, pending in window:
                 if isinstance(pending, _Job):
@@ -326,7 +332,7 @@ async def _settle(
     waiter = asyncio.wrap_future(pending.future)
     while not (await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_SECONDS))[0]:
         if await request.is_disconnected():
-            pending.cancel()
+            waiter.cancel()  # nobody will read the outcome
             raise ClientGone
     try:
         return page, waiter.result()
