@@ -22,7 +22,7 @@ from test_documents import handwritten_pdf
 
 from jina_ocr import conversion
 from jina_ocr.cli import main
-from jina_ocr.commands.convert import write_atomic
+from jina_ocr.commands.convert import _TokenMeter, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "sample.pdf"
@@ -210,6 +210,20 @@ def test_installed_command_runs_the_default_mode(tiny_mtp_export, fixtures_dir):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("<!-- page 1 -->\n\n")
     assert "tok/s" in done.stderr
+
+
+def test_the_progress_bar_counts_tokens_while_a_batch_decodes(tiny_export, capsys, monkeypatch):
+    monkeypatch.setattr(_TokenMeter, "REDRAW_SECONDS", 0.0)  # redraw at every decoding step
+    status = main(
+        ["convert", str(SAMPLE), "--pages", "1-2", "--batch-size", "2", "--model", str(tiny_export)]
+        + ["--mode", "tiny", "--max-new-tokens", "20"]
+    )
+    assert status == 0
+    err = capsys.readouterr().err
+    # While the two-page batch decodes the bar still says 0/2, its token count growing by 2 a step.
+    counts = [int(n) for n in re.findall(r" 0/2 [^\r\n]*?(\d+) tokens", err)]
+    assert counts == list(range(2, 42, 2)), err
+    assert re.search(r" 2/2 [^\r\n]*\b40 tokens", err), err
 
 
 def one_line_error(err: str) -> str:
