@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from rapidfuzz.distance import Levenshtein
 
 
@@ -23,20 +22,13 @@ def character_error_rate(predictions: list[str], references: list[str]) -> float
 def transcribe(
     model, processor, images, *, batch_size: int = 8, max_new_tokens: int = 512, **generate_kwargs
 ):
-    """Greedy Markdown of each image, ``batch_size`` pages per ``generate`` call (left-padded batches)."""
+    """Greedy Markdown of each image, ``batch_size`` pages per ``generate`` call, through the batch
+    driver that conversion uses (``processor.ocr``)."""
     was_training = model.training
     model.eval()
-    texts: list[str] = []
     try:
-        for start in range(0, len(images), batch_size):
-            chunk = list(images[start : start + batch_size])
-            inputs = processor.prepare_ocr_inputs(chunk, device=model.device, dtype=model.dtype)
-            with torch.inference_mode():
-                out = model.generate(
-                    **inputs, max_new_tokens=max_new_tokens, do_sample=False, **generate_kwargs
-                )
-            decoded = processor.decode_ocr(out, inputs["input_ids"])
-            texts.extend([decoded] if len(chunk) == 1 else decoded)
+        return processor.ocr(
+            model, list(images), batch_size=batch_size, max_new_tokens=max_new_tokens, **generate_kwargs
+        )
     finally:
         model.train(was_training)
-    return texts
