@@ -183,12 +183,16 @@ class BatchDriver:
         if pages[index].done is not None:
             pages[index].done(outcome)
 
-    def _limit(self, page: Page) -> int | None:
-        if page.max_new_tokens is not None:
-            return page.max_new_tokens
-        if self.max_new_tokens is not None:
-            return self.max_new_tokens
-        return self.generate_kwargs.get("max_new_tokens", self.model.generation_config.max_new_tokens)
+    def _limits(self, pages: list[Page], kwargs: dict) -> list[int | None]:
+        """Each page's own limit, or the driver's; when neither gives one to any page, ``generate``
+        decides alone (``max_new_tokens`` or ``max_length`` of the call or the generation config)."""
+        limits = [
+            self.max_new_tokens if page.max_new_tokens is None else page.max_new_tokens for page in pages
+        ]
+        if any(limit is not None for limit in limits):
+            fallback = kwargs.get("max_new_tokens", self.model.generation_config.max_new_tokens)
+            limits = [fallback if limit is None else limit for limit in limits]
+        return limits
 
     def _generate(self, pages: Sequence[Page], prompt: str | None, outcomes: list) -> None:
         """Fill ``outcomes`` (and call each page's ``done``) as pages finish; raise if ``generate``
@@ -214,10 +218,9 @@ class BatchDriver:
         eos = _ids(kwargs.get("eos_token_id", config.eos_token_id))
         eos = eos or _ids(self.model.config.eos_token_id)
         trailing = set(eos) | set(_ids(kwargs.get("pad_token_id", config.pad_token_id)))
-        limits = [self._limit(pages[i]) for i in live]
+        limits = self._limits([pages[i] for i in live], kwargs)
         if all(limit is not None for limit in limits):
             kwargs["max_new_tokens"] = max(limits)
-        prompt_ids = inputs["input_ids"]
 
         def finish(row: int, token_ids: list[int], cancelled: bool, fastmtp: dict | None) -> None:
             seconds = clock.leave()
@@ -235,7 +238,7 @@ class BatchDriver:
             self._deliver(pages, outcomes, live[row], generation)
 
         stops = RowStops(
-            prompt_ids.shape[1],
+            inputs["input_ids"].shape[1],
             limits,
             eos,
             cancelled=[pages[i].cancelled for i in live],

@@ -9,8 +9,9 @@
   search, that call decodes without it; asking for both explicitly is an error.
 - The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
   decoding apply it identically.
-- Row stopping criteria (``RowStops`` of batching_jina_ocr.py) work in every loop; with FastMTP they are handed the
-  call's running statistics, so a page that finishes early reports the counts up to its end.
+- Row stopping criteria (``RowStops`` of batching_jina_ocr.py) work in every loop; with FastMTP
+  they are handed the call's running statistics, so a page that finishes early reports the counts
+  up to its end.
 """
 
 from __future__ import annotations

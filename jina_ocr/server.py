@@ -16,13 +16,13 @@ Endpoints:
 - ``GET /health`` and ``GET /v1/models``.
 
 Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
-share a prompt and runs them as one ``generate`` call through the batch driver (batching_jina_ocr.py).
-A request is answered as soon as its own pages are done, while the batch goes on with the others;
-a request whose client hangs up is cancelled, and its pages stop generating within a step (or never
-start). Each request keeps at most ``batch_size`` rendered pages in flight, so a long PDF does not
-fill memory. Limits (body size, pages per request,
-page pixels, queued pages) are answered with 4xx and an OpenAI-style error body. Image URLs other than
-``data:`` are refused: the server never fetches anything.
+share a prompt and runs them as one ``generate`` call through the batch driver
+(batching_jina_ocr.py). A request is answered as soon as its own pages are done, while the batch goes
+on with the others; a request whose client hangs up is cancelled, and its pages stop generating
+within a step (or never start). Each request keeps at most ``batch_size`` rendered pages in flight,
+so a long PDF does not fill memory. Limits (body size, pages per request, page pixels, queued pages)
+are answered with 4xx and an OpenAI-style error body. Image URLs other than ``data:`` are refused:
+the server never fetches anything.
 """
 
 from __future__ import annotations
