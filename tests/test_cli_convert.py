@@ -167,16 +167,16 @@ def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
 
 
 def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, tmp_path, monkeypatch):
-    generate = conversion.Converter.generate
+    run_batch = conversion.BatchDriver.run_batch
     calls = []
 
-    def interrupted_on_second_document(self, images, **options):
-        calls.append(len(images))
+    def interrupted_on_second_document(self, pages, prompt=None):
+        calls.append(len(pages))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return generate(self, images, **options)
+        return run_batch(self, pages, prompt)
 
-    monkeypatch.setattr(conversion.Converter, "generate", interrupted_on_second_document)
+    monkeypatch.setattr(conversion.BatchDriver, "run_batch", interrupted_on_second_document)
     out = tmp_path / "out"
     status, _, err = run(fixtures_dir / "tesseract" / "phototest.tif", SAMPLE, "-o", out, "--batch-size", "1")
     assert status == 130 and "interrupted" in err
