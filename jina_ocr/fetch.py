@@ -38,6 +38,7 @@ from pathlib import PurePosixPath
 import httpcore
 import httpx
 
+from jina_ocr import __version__
 from jina_ocr.documents import NOT_A_DOCUMENT, SNIFF_BYTES, sniff
 from jina_ocr.errors import UserError
 
@@ -234,6 +235,11 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
     policy = policy or FetchPolicy()
     deadline = time.monotonic() + policy.deadline
     timeouts = dict.fromkeys(("connect", "read", "write", "pool"), policy.timeout)
+    headers = {
+        "Accept": "application/pdf, image/*;q=0.9, */*;q=0.1",
+        "Accept-Encoding": "identity",
+        "User-Agent": f"jina-ocr/{__version__}",
+    }
     pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(),
         network_backend=CheckedBackend(policy.allow_private),
@@ -246,7 +252,6 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
                 request_url = httpcore.URL(
                     scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
                 )
-                headers = {"Accept": "application/pdf, image/*", "Accept-Encoding": "identity"}
                 extensions = {"timeout": timeouts}
                 with pool.stream("GET", request_url, headers=headers, extensions=extensions) as response:
                     location = _header(response, b"location")
@@ -300,7 +305,8 @@ def _phrase(response: httpcore.Response) -> str:
 def _read_body(url: str, response: httpcore.Response, policy: FetchPolicy, deadline: float) -> bytes:
     encoding = (_header(response, b"content-encoding") or "identity").lower()
     if encoding != "identity":
-        # A compressed body could expand far past the limit within one chunk; we asked for identity.
+        # The bytes arrive as sent, undecoded: we ask for identity rather than decompress, since a
+        # decompressor could turn one small chunk into far more than the limit.
         raise RefusedURL(
             url, f"the server sent a {encoding}-encoded body although asked for an unencoded one"
         )

@@ -313,7 +313,7 @@ class OCRService:
         try:
             return await run_in_threadpool(fetch, url, policy)
         except FetchError as error:
-            status = next(code for kind, code in _FETCH_STATUS if isinstance(error, kind))
+            status = next((code for kind, code in _FETCH_STATUS if isinstance(error, kind)), 502)
             raise RequestError(status, str(error)) from None
 
     async def convert(

@@ -4,12 +4,13 @@ Routes: ``/<name>`` for each file given (with its Content-Length and Content-Typ
 ``/redirect/<n>/<name>`` redirects ``n`` times before reaching ``/<name>``; ``/loop`` redirects to
 itself; ``/to?<url>`` redirects to ``<url>``; ``/endless`` sends a PDF header and then zeros until the
 client goes away (counting what it managed to send); ``/declared-huge`` declares a terabyte and sends
-a little; ``/slow`` waits :data:`SLOW_SECONDS` before answering. Every request path is recorded.
+a little; ``/gzip`` sends a compressed body unasked; ``/slow`` waits :data:`SLOW_SECONDS` before answering. Every request path is recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.server
 import threading
 import time
@@ -19,6 +20,7 @@ SLOW_SECONDS = 5.0
 ENDLESS_CAP = 512 * 1024 * 1024
 """Where ``/endless`` gives up even if nobody stops reading, so that a broken client cannot hang a test."""
 CHUNK = 64 * 1024
+GZIPPED = gzip.compress(b"%PDF-1.7\n" + bytes(1024 * 1024))
 
 
 class DocumentServer:
@@ -80,6 +82,13 @@ class DocumentServer:
             handler.send_header("Content-Length", str(10**12))
             handler.end_headers()
             handler.wfile.write(b"%PDF-1.7\n")
+            return None
+        if path == "/gzip":  # compressed although the client asked for identity
+            handler.send_response(200)
+            handler.send_header("Content-Encoding", "gzip")
+            handler.send_header("Content-Length", str(len(GZIPPED)))
+            handler.end_headers()
+            handler.wfile.write(GZIPPED)
             return None
         if path == "/slow":
             deadline = time.monotonic() + SLOW_SECONDS

@@ -171,6 +171,11 @@ def test_a_declared_size_over_the_limit_is_refused_before_reading(server):
         fetch(server.url("/declared-huge"), FetchPolicy(allow_private=True, max_bytes=1024 * 1024))
 
 
+def test_a_compressed_body_is_refused_not_decompressed(server):
+    with pytest.raises(RefusedURL, match="sent a gzip-encoded body although asked for an unencoded one"):
+        fetch(server.url("/gzip"), LOOPBACK)
+
+
 def test_a_slow_server_is_refused_after_the_read_timeout(server):
     start = time.monotonic()
     with pytest.raises(FetchTimeout, match=r"/slow: no data for 0.5 s \(read timeout\)"):
