@@ -41,8 +41,11 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", "
 DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
 """File name endings a folder listing treats as documents (the format itself is read from the bytes)."""
 
-_PDF_MAGIC_WINDOW = 1024
-"""PDF readers accept junk before ``%PDF-`` within the first KiB; so do we."""
+SNIFF_BYTES = 1024
+"""How many first bytes :func:`sniff` reads: PDF readers accept junk before ``%PDF-`` within the first
+KiB, and so do we."""
+
+NOT_A_DOCUMENT = "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image"
 
 _MUPDF_LOCK = threading.RLock()
 """MuPDF's context is not thread-safe; the server opens and renders documents from worker threads."""
@@ -374,9 +377,10 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _sniff(head: bytes) -> str | None:
-    """'pdf', 'image' or None from a file's first bytes; the name's suffix is never trusted."""
-    if b"%PDF-" in head[:_PDF_MAGIC_WINDOW]:
+def sniff(head: bytes) -> str | None:
+    """'pdf', 'image' or None from a file's first bytes (:data:`SNIFF_BYTES` of them); the name's
+    suffix, like a server's Content-Type, is never trusted."""
+    if b"%PDF-" in head[:SNIFF_BYTES]:
         return "pdf"
     if (
         head.startswith(b"\x89PNG\r\n\x1a\n")
@@ -411,7 +415,7 @@ def open_document(
     if isinstance(source, bytes | bytearray | memoryview):
         data: bytes | None = bytes(source)
         label = name or "<bytes>"
-        head = data[:_PDF_MAGIC_WINDOW]
+        head = data[:SNIFF_BYTES]
         size = len(data)
     else:
         path = Path(source)
@@ -422,7 +426,7 @@ def open_document(
             if path.is_dir():
                 raise DocumentError(label, "is a directory, not a document")
             with path.open("rb") as handle:
-                head = handle.read(_PDF_MAGIC_WINDOW)
+                head = handle.read(SNIFF_BYTES)
         except FileNotFoundError:
             raise DocumentError(label, "no such file") from None
         except PermissionError:
@@ -431,12 +435,12 @@ def open_document(
             raise DocumentError(label, "is a directory, not a document") from None
     if size == 0:
         raise EmptyDocumentError(label, "is empty (0 bytes)")
-    kind = _sniff(head)
+    kind = sniff(head)
     if kind == "pdf":
         return _open_pdf(source if data is None else data, label, password, dpi, max_pixels)
     if kind == "image":
         return _open_image(source if data is None else data, label, dpi, max_pixels)
-    raise UnknownFormatError(label, "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image")
+    raise UnknownFormatError(label, NOT_A_DOCUMENT)
 
 
 def _open_pdf(source, label: str, password: str | None, dpi: int, max_pixels: int) -> PdfDocument:

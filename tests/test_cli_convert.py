@@ -162,8 +162,9 @@ def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
     assert run(SAMPLE, "--pages", "2-1")[0] == 2  # malformed selection: usage error, nothing runs
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "sample.pdf").write_bytes(SAMPLE.read_bytes())
-    status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "-o", tmp_path)
-    assert status == 2 and "would both be written to sample.md" in err
+    status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "--pages", "1", "-o", tmp_path / "out")
+    assert status == 0, err  # two inputs of one name: the second is numbered
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sample-2.md", "sample.md"]
 
 
 def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, tmp_path, monkeypatch):

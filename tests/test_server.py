@@ -200,6 +200,7 @@ def test_remote_image_urls_are_refused_and_never_fetched(server, client):
     try:
         with pytest.raises(openai.BadRequestError, match="never fetches remote URLs"):
             client.chat.completions.create(model="m", messages=image_message(url))
+        assert httpx.get(f"{server}/{url}").status_code == 404  # GET /{url} is there only with --allow-urls
         with pytest.raises(TimeoutError):
             listener.accept()  # nobody ever connected
     finally:
