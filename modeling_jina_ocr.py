@@ -220,7 +220,7 @@ class SAMEncoder(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = self.neck(x.permute(0, 3, 1, 2))
-        return self.net_3(self.net_2(x))  # (B, C, S/64, S/64)
+        return self.net_3(self.net_2(x))  # (B, C, S/p, S/p), p = config.pixels_per_visual_token
 
 
 # --------------------------------------------------------------------------------------------------
@@ -719,13 +719,13 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         self.embed_tokens = value
 
     def view_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(N, 3, S, S) views -> (N, (S/64)^2, CLIP + SAM channels): the projector's input."""
+        """(N, 3, S, S) views -> (N, (S/p)^2, CLIP + SAM channels): the projector's input."""
         sam = self.sam_model(pixel_values)
         clip = self.vision_model(sam)
         return torch.cat([clip[:, 1:], sam.flatten(2).transpose(1, 2)], dim=-1)
 
     def encode_views(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(N, 3, S, S) views -> (N, (S/64)^2, hidden): CLIP (no class token) and SAM, projected."""
+        """(N, 3, S, S) views -> (N, (S/p)^2, hidden): CLIP (no class token) and SAM, projected."""
         return self.projector(self.view_features(pixel_values))
 
     def get_image_features(
