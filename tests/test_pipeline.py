@@ -84,7 +84,9 @@ def test_ocr_pipeline_refuses_oversized_and_damaged_pdf_pages(ocr_pipe, tmp_path
     document = pymupdf.open()
     document.new_page(width=14400, height=14400)  # 28800 x 28800 px at the default dpi
     document.save(poster)
-    with pytest.raises(ValueError, match=r"poster\.pdf page 1 would be 28800x28800 = .* at 144 dpi; choose"):
+    with pytest.raises(
+        ValueError, match=rf"poster\.pdf page 1 would be 28800x28800 = .* at {DEFAULT_DPI} dpi; choose"
+    ):
         ocr_pipe(str(poster), generate_kwargs=GENERATE)
     assert renders == []
     damaged = tmp_path / "damaged.pdf"
