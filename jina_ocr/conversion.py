@@ -37,10 +37,9 @@ from jina_ocr.documents import (
 from jina_ocr.errors import UserError
 from jina_ocr.fetch import FetchPolicy, fetch, looks_like_url
 from jina_ocr.models import BUNDLED as BUNDLED_MODEL
+from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
 DEFAULT_BATCH_SIZE = 4
-DEFAULT_MAX_NEW_TOKENS = 4096
-"""jina-ocr-v1's default; a dense page is about 1,100 tokens, so this leaves room for the densest."""
 
 MODEL_ENV = "JINA_OCR_MODEL"
 

@@ -12,7 +12,8 @@ Endpoints:
 - ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
   fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
   ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "fastmtp", "error"}]}`` as
-  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error``.
+  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error`` (a page over the
+  pixel limit is refused with 413 before any work, as on chat).
 - ``GET /{url}`` (with ``--allow-urls``), e.g. ``GET /https://example.org/report.pdf``: the document
   at that URL, fetched within limits (see :mod:`jina_ocr.fetch`). An optional ``X-Page`` header
   selects pages (``3``, ``2-5``, ``1,4``). The answer is the Markdown of ``jina-ocr convert``
@@ -75,6 +76,7 @@ from jina_ocr.fetch import (
     fetch,
     looks_like_url,
 )
+from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class Limits:
 
     max_request_bytes: int = 32 * 1024 * 1024
     max_pages: int = 64
-    max_pixels: int = 40_000_000
+    max_pixels: int = SERVER_MAX_PIXELS
     max_queued_pages: int = 512
 
 
@@ -346,6 +348,7 @@ class OCRService:
         except UserError as error:  # a malformed selection or a page out of range
             raise RequestError(400, str(error)) from None
         self.check_page_count(len(numbers))
+        self.refuse_oversized_pages(document, numbers)
         return numbers
 
     def check_page_count(self, count: int) -> None:
@@ -354,6 +357,17 @@ class OCRService:
                 413,
                 f"{count} pages in one request, over the limit of {self.limits.max_pages}; send fewer pages",
             )
+
+    def refuse_oversized_pages(self, document: Document, numbers: list[int]) -> None:
+        """413 for a request holding a page over the pixel limit, from page sizes alone, before any work
+        (a page broken in another way is left to fail on its own, as that page's error)."""
+        for number in numbers:
+            try:
+                document.check_page(number)
+            except PixelLimitError as error:
+                raise RequestError(413, str(error)) from None
+            except DocumentError:
+                continue
 
     async def run_pages(
         self, pages: list[_Page], prompt: str | None, max_new_tokens: int

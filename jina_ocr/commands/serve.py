@@ -8,6 +8,7 @@ from pathlib import Path
 from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
 from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 
 NAME = "serve"
 HELP = "Serve a model over HTTP: OpenAI-compatible chat completions and PDF uploads."
@@ -51,8 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pixels",
         type=int,
-        default=40_000_000,
-        help="largest page bitmap in pixels (default: %(default)s)",
+        default=SERVER_MAX_PIXELS,
+        help="largest page bitmap in pixels, stricter than convert's (default: %(default)s)",
     )
     add_runtime_arguments(parser)
     parser.add_argument(
