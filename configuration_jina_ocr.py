@@ -31,6 +31,8 @@ _DEEPSEEK_ONLY_KEYS = (
 )
 
 MTP_HIDDEN_CHOICES = ("post_norm", "pre_norm")
+# What the FastMTP head shares with the decoder; each must be true (the code has no separate copies).
+_MTP_SHARED = ("mtp_share_embedding_weights", "mtp_share_lm_head", "mtp_share_norm")
 
 # Every field and its default (the full jina-ocr-v1 model); see JinaOCRConfig's docstring.
 DEFAULTS: dict[str, Any] = {
@@ -97,6 +99,13 @@ DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 _BASE_CLASS_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+
+
+def pixels_per_visual_token(sam_patch_size: int, sam_downsample_channels: list[int]) -> int:
+    """The side, in view pixels, of the square one visual token stands for: SAM's patch embedding
+    takes ``sam_patch_size`` pixels per patch and each stride-2 convolution of the compressor (one per
+    ``sam_downsample_channels`` entry) halves the grid again, so 16 x 2 x 2 = 64 for DeepSeek-OCR."""
+    return sam_patch_size * 2 ** len(sam_downsample_channels)
 
 
 def _from_vision_block(vision: dict) -> dict[str, Any]:
@@ -198,6 +207,11 @@ class JinaOCRConfig(PretrainedConfig):
             )
         if legacy.get("n_group", 1) != 1 or legacy.get("topk_group", 1) != 1:
             raise ValueError("group-limited routing (n_group / topk_group > 1) is not supported")
+        if len(self.sam_downsample_channels) != 2:
+            raise ValueError(
+                f"sam_downsample_channels must name the widths of DeepSeek-OCR's two stride-2 compressor "
+                f"convolutions, got {self.sam_downsample_channels}"
+            )
         if self.sam_downsample_channels[-1] != self.clip_hidden_size:
             raise ValueError(
                 f"SAM's last compressor width ({self.sam_downsample_channels[-1]}) must equal "
@@ -212,6 +226,29 @@ class JinaOCRConfig(PretrainedConfig):
             raise ValueError("FastMTP uses one recursive head: num_nextn_predict_layers must be 0 or 1")
         if self.mtp_moe:
             raise ValueError("an MoE FastMTP block (mtp_moe) is not supported; jina-ocr-v1's head is dense")
+        if self.mtp_recursive is not True:
+            raise ValueError(
+                f"mtp_recursive={self.mtp_recursive!r} is not supported: the FastMTP head is one block applied "
+                "recursively for every draft step (SPEC section 6), as jina-ocr-v1's head was trained"
+            )
+        for name in _MTP_SHARED:
+            if getattr(self, name) is not True:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported: the FastMTP head uses the decoder's "
+                    "own embedding, final norm and LM head (SPEC section 6); the copies some checkpoints store "
+                    "under the head are ignored on load"
+                )
+        if self.hidden_act != "silu":
+            raise ValueError(
+                f"hidden_act={self.hidden_act!r} is not supported: every MLP of DeepSeek-OCR and jina-ocr-v1 is "
+                "SwiGLU, down(silu(gate x) * up x), and the model code implements only 'silu'"
+            )
+
+    @property
+    def pixels_per_visual_token(self) -> int:
+        """The side of the square of view pixels one visual token stands for (64): see
+        :func:`pixels_per_visual_token`. Views must be a multiple of it."""
+        return pixels_per_visual_token(self.sam_patch_size, self.sam_downsample_channels)
 
     @property
     def projector_input_dim(self) -> int:

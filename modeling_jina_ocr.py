@@ -220,7 +220,7 @@ class SAMEncoder(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = self.neck(x.permute(0, 3, 1, 2))
-        return self.net_3(self.net_2(x))  # (B, C, S/64, S/64)
+        return self.net_3(self.net_2(x))  # (B, C, S/p, S/p), p = config.pixels_per_visual_token
 
 
 # --------------------------------------------------------------------------------------------------
@@ -685,11 +685,8 @@ class JinaOCRPreTrainedModel(PreTrainedModel):
             module.bias.zero_()
         elif isinstance(module, JinaOCRRMSNorm):
             module.weight.fill_(1.0)
-        elif isinstance(module, (JinaOCRRouter, SAMAttention)):
-            for param in module.parameters(recurse=False):
-                param.normal_(0.0, std)
-        elif isinstance(module, (SAMEncoder, CLIPEmbeddings)):
-            for param in module.parameters(recurse=False):
+        elif isinstance(module, (JinaOCRRouter, SAMAttention, SAMEncoder, CLIPEmbeddings)):
+            for param in module.parameters(recurse=False):  # their own tensors, not their submodules'
                 param.normal_(0.0, std)
         elif isinstance(module, JinaOCRModel):
             module.image_newline.normal_(0.0, std)
@@ -722,13 +719,13 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         self.embed_tokens = value
 
     def view_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(N, 3, S, S) views -> (N, (S/64)^2, CLIP + SAM channels): the projector's input."""
+        """(N, 3, S, S) views -> (N, (S/p)^2, CLIP + SAM channels): the projector's input."""
         sam = self.sam_model(pixel_values)
         clip = self.vision_model(sam)
         return torch.cat([clip[:, 1:], sam.flatten(2).transpose(1, 2)], dim=-1)
 
     def encode_views(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(N, 3, S, S) views -> (N, (S/64)^2, hidden): CLIP (no class token) and SAM, projected."""
+        """(N, 3, S, S) views -> (N, (S/p)^2, hidden): CLIP (no class token) and SAM, projected."""
         return self.projector(self.view_features(pixel_values))
 
     def get_image_features(
@@ -742,7 +739,8 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         ``image_grids[k] = (i, j)`` is image k's tile grid (columns, rows), (0, 0) without tiles;
         ``pixel_values_local`` holds all tiles, image after image, each image's tiles row-major.
         """
-        pixel_values = _check_pixels(pixel_values, "pixel_values", self.dtype)
+        token_pixels = self.config.pixels_per_visual_token
+        pixel_values = _check_pixels(pixel_values, "pixel_values", self.dtype, token_pixels)
         num_images = pixel_values.shape[0]
         if image_grids is None:
             image_grids = torch.zeros(num_images, 2, dtype=torch.long)
@@ -757,7 +755,9 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
             )
         global_features = self.encode_views(pixel_values)
         local_features = (
-            self.encode_views(_check_pixels(pixel_values_local, "pixel_values_local", self.dtype))
+            self.encode_views(
+                _check_pixels(pixel_values_local, "pixel_values_local", self.dtype, token_pixels)
+            )
             if tiles_needed
             else None
         )
@@ -861,8 +861,9 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         )
 
 
-def _check_pixels(pixels: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """Views must be float (B, 3, S, S) with S a multiple of 64; other float dtypes are cast."""
+def _check_pixels(pixels: torch.Tensor, name: str, dtype: torch.dtype, token_pixels: int) -> torch.Tensor:
+    """Views must be float (B, 3, S, S) with S a multiple of ``token_pixels`` (the config's
+    ``pixels_per_visual_token``, 64); other float dtypes are cast."""
     if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4 or pixels.shape[1] != 3:
         shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
         raise ValueError(f"{name} must be a (N, 3, S, S) tensor of normalised views, got {shape}")
@@ -871,9 +872,10 @@ def _check_pixels(pixels: torch.Tensor, name: str, dtype: torch.dtype) -> torch.
             f"{name} has dtype {pixels.dtype}; the model takes normalised floating-point pixels "
             "(use the processor, which scales uint8 images to [-1, 1])"
         )
-    if pixels.shape[2] != pixels.shape[3] or pixels.shape[2] % 64:
+    if pixels.shape[2] != pixels.shape[3] or pixels.shape[2] % token_pixels:
         raise ValueError(
-            f"{name} views must be square with a side divisible by 64, got {tuple(pixels.shape[2:])}"
+            f"{name} views must be square with a side divisible by {token_pixels} (pixels per visual "
+            f"token), got {tuple(pixels.shape[2:])}"
         )
     return pixels.to(dtype)
 

@@ -5,48 +5,20 @@
 "image-to-text" to "image-text-to-text"). Inputs: a PIL image, an image path or bytes, a PDF path
 (``page=`` picks the 1-based page, default 1), a dict ``{"pdf": path_or_bytes, "page": n}``, or a list
 of any of these. Outputs follow the image-to-text convention: ``[{"generated_text": markdown}]``.
+Images and PDF pages are read by the shared page loader (``pages_jina_ocr``), so the model sees the
+same pixels as through the processor, ``jina-ocr convert`` or ``jina-ocr serve``; PDF pages are
+rendered once at ``dpi`` (``DEFAULT_DPI`` unless given) within the processor's ``max_image_pixels``.
 """
 
 from __future__ import annotations
 
-import io
 import os
 from typing import Any
 
 from transformers import Pipeline
 
 from .batching_jina_ocr import BatchDriver, Page
-
-try:  # PyMuPDF renders PDF pages; without it the pipeline still takes images.
-    import pymupdf
-except ImportError:  # pragma: no cover - depends on the user's environment
-    pymupdf = None
-
-PDF_DPI = 144  # DeepSeek-OCR renders PDF pages at zoom 2
-
-
-def render_pdf_page(source: str | os.PathLike | bytes, page: int, dpi: int = PDF_DPI):
-    """One page (1-based) of a PDF as an RGB PIL image, without alpha."""
-    from PIL import Image
-
-    if pymupdf is None:
-        raise ImportError("reading PDF pages needs PyMuPDF: pip install pymupdf")
-    name = "the PDF bytes" if isinstance(source, (bytes, bytearray)) else str(source)
-    try:
-        document = (
-            pymupdf.open(stream=bytes(source), filetype="pdf")
-            if isinstance(source, (bytes, bytearray))
-            else pymupdf.open(source)
-        )
-    except Exception as error:  # PyMuPDF raises its own error types for corrupt files
-        raise ValueError(f"cannot open {name} as a PDF: {error}") from error
-    with document:
-        if document.needs_pass:
-            raise ValueError(f"{name} is encrypted; decrypt it first (jina-ocr convert takes --password)")
-        if not 1 <= page <= document.page_count:
-            raise ValueError(f"page {page} is out of range: {name} has {document.page_count} pages")
-        pixmap = document[page - 1].get_pixmap(dpi=dpi, alpha=False)
-        return Image.open(io.BytesIO(pixmap.tobytes("png"))).convert("RGB")
+from .pages_jina_ocr import DEFAULT_DPI, load_pdf_page
 
 
 def _is_pdf(item: Any) -> bool:
@@ -77,13 +49,14 @@ class JinaOCRPipeline(Pipeline):
         forward.update(kwargs)
         return preprocess, forward, {}
 
-    def preprocess(self, item, prompt=None, page=1, dpi=PDF_DPI):
+    def preprocess(self, item, prompt=None, page=1, dpi=DEFAULT_DPI):
+        limit = self.processor.image_processor.max_image_pixels
         if isinstance(item, dict):
             if "pdf" not in item:
                 raise ValueError("a dict input must hold the PDF under 'pdf' (and optionally 'page')")
-            item = render_pdf_page(item["pdf"], int(item.get("page", page)), dpi)
+            item = load_pdf_page(item["pdf"], int(item.get("page", page)), dpi, limit)
         elif _is_pdf(item):
-            item = render_pdf_page(item, int(page), dpi)
+            item = load_pdf_page(item, int(page), dpi, limit)
         return {"page": item, "prompt": prompt}
 
     def _forward(self, model_inputs, max_new_tokens=None, **generate_kwargs):

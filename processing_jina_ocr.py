@@ -11,13 +11,12 @@ Two classes, as Transformers expects of a vision-language model:
   visual vectors, batches pages of different tile counts with left padding, and turns the generated
   ids back into clean Markdown (grounding spans become image links, boxes are kept aside).
 
-This file ships to the Hub as remote code: it imports only Transformers, PIL, NumPy, torch and the
-batch driver of ``processor.ocr`` (batching_jina_ocr.py), which ships beside it.
+This file ships to the Hub as remote code: it imports only Transformers, PIL, NumPy, torch and its
+sibling remote-code modules (the config, the page loader and the batch driver of ``processor.ocr``).
 """
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -29,12 +28,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 from transformers import BatchFeature, PreTrainedTokenizerFast, ProcessorMixin
 from transformers.image_processing_backends import PilBackend
 from transformers.processing_utils import ImagesKwargs
 
 from .batching_jina_ocr import BatchDriver, Page
+from .configuration_jina_ocr import DEFAULTS, pixels_per_visual_token
+from .pages_jina_ocr import DEFAULT_MAX_PIXELS, load_page
 
 # ----------------------------------------------------------------------------------------------------
 # The tiling rule (SPEC section 4)
@@ -42,7 +43,10 @@ from .batching_jina_ocr import BatchDriver, Page
 
 TILE_SIZE = 640
 MIN_TILES, MAX_TILES = 2, 9
-PIXELS_PER_TOKEN = 64  # 16 px patches, then the 4x4 compressor of the DeepEncoder
+# jina-ocr-v1's value, from its config's defaults (SAM's patch size, then the compressor's two stride-2
+# convolutions). The image processor's ``pixels_per_token`` follows the model's own config (the export
+# writes it).
+PIXELS_PER_TOKEN = pixels_per_visual_token(DEFAULTS["sam_patch_size"], DEFAULTS["sam_downsample_channels"])
 LETTERBOX_GREY = (127, 127, 127)  # int(0.5 * 255): the mean colour, which normalises to about 0
 
 # name -> (global view size, whether pages larger than one tile are also cut into 640 px tiles)
@@ -53,7 +57,6 @@ MODES: dict[str, tuple[int, bool]] = {
     "large": (1280, False),
     "gundam": (1024, True),
 }
-_EXIF_ORIENTATION = 0x0112
 _OWN_LIMIT = object()  # "use the image processor's max_image_pixels"
 # Global views up to this size are stretched to a square; larger ones are letter-boxed.
 _MAX_STRETCHED_VIEW = 640
@@ -89,22 +92,26 @@ def select_tile_grid(width: int, height: int) -> tuple[int, int] | None:
     return best
 
 
-def count_image_tokens(view_size: int, grid: tuple[int, int] | None) -> int:
+def count_image_tokens(
+    view_size: int, grid: tuple[int, int] | None, pixels_per_token: int = PIXELS_PER_TOKEN
+) -> int:
     """Placeholders one image takes: the global view's n x n features with a newline after each row and
-    one view separator, plus, with tiles, the (10 j) x (10 i) tile features with a newline per row."""
-    n = view_size // PIXELS_PER_TOKEN
+    one view separator, plus, with tiles, the (10 j) x (10 i) tile features with a newline per row
+    (n = view_size / pixels_per_token, 10 = 640 px / pixels_per_token)."""
+    n = view_size // pixels_per_token
     count = n * (n + 1) + 1
     if grid is not None:
         i, j = grid
-        t = TILE_SIZE // PIXELS_PER_TOKEN
+        t = TILE_SIZE // pixels_per_token
         count += t * j * (t * i + 1)
     return count
 
 
-def max_image_tokens(mode: str) -> int:
+def max_image_tokens(mode: str, pixels_per_token: int = PIXELS_PER_TOKEN) -> int:
     """The most placeholders one page can take in ``mode`` (with its largest tile grid, if it tiles)."""
     view_size, tiled = _mode_settings(mode)
-    return max(count_image_tokens(view_size, grid) for grid in [None, *(_GRIDS if tiled else [])])
+    grids = [None, *(_GRIDS if tiled else [])]
+    return max(count_image_tokens(view_size, grid, pixels_per_token) for grid in grids)
 
 
 def _mode_settings(mode: str) -> tuple[int, bool]:
@@ -124,10 +131,13 @@ class JinaOCRImagesKwargs(ImagesKwargs, total=False):
 
     mode: one of ``tiny``, ``small``, ``base``, ``large``, ``gundam`` (see :data:`MODES`).
     max_image_pixels: refuse images with more pixels than this (None: no limit), before decoding them.
+    pixels_per_token: the side of the square of view pixels one visual token stands for, the model
+    config's ``pixels_per_visual_token`` (64 for jina-ocr-v1).
     """
 
     mode: str | None
     max_image_pixels: int | None
+    pixels_per_token: int | None
 
 
 class JinaOCRImageProcessor(PilBackend):
@@ -149,14 +159,20 @@ class JinaOCRImageProcessor(PilBackend):
     model_input_names = ["pixel_values", "pixel_values_local", "image_grids"]
 
     mode = "gundam"
-    # Above any real scan (a 600 dpi A3 page is 70 M pixels) and below Pillow's own bomb warning.
-    max_image_pixels = 80_000_000
+    max_image_pixels = DEFAULT_MAX_PIXELS
+    pixels_per_token = PIXELS_PER_TOKEN
     image_mean = (0.5, 0.5, 0.5)
     image_std = (0.5, 0.5, 0.5)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         _mode_settings(self.mode)
+        sizes = sorted({TILE_SIZE, *(size for size, _ in MODES.values())})
+        if any(size % self.pixels_per_token for size in sizes):
+            raise ValueError(
+                f"pixels_per_token={self.pixels_per_token} does not divide the view sizes {sizes} of the "
+                "tiling rule; the model's config gives it (sam_patch_size x 4)"
+            )
 
     # -- public helpers ----------------------------------------------------------------------------
 
@@ -168,34 +184,18 @@ class JinaOCRImageProcessor(PilBackend):
     def num_image_tokens(self, width: int, height: int, mode: str | None = None) -> int:
         """How many ``<image>`` placeholders a ``width`` x ``height`` image takes in ``mode``."""
         view_size, _ = _mode_settings(mode or self.mode)
-        return count_image_tokens(view_size, self.grid_for(width, height, mode))
+        return count_image_tokens(view_size, self.grid_for(width, height, mode), self.pixels_per_token)
 
     def load_image(self, image: Any, max_image_pixels: int | None | object = _OWN_LIMIT) -> Image.Image:
-        """Open ``image`` (PIL image, path, bytes, URL, NumPy array or torch tensor) as an upright RGB page.
+        """Open ``image`` (PIL image, path, bytes, NumPy array or torch tensor) as an upright RGB page.
 
-        Raises ``ValueError`` naming the problem for an empty image, an unreadable file or one above
+        This is the page loader shared by every way into the model (``pages_jina_ocr.load_page``: its
+        rules for transparency, 16-bit, CMYK, orientation and sizes). Raises ``ValueError`` naming the
+        problem for an empty image, an unreadable file, a URL (never fetched here) or an image above
         ``max_image_pixels`` (the processor's own limit by default; None disables the check).
         """
         limit = self.max_image_pixels if max_image_pixels is _OWN_LIMIT else max_image_pixels
-        if isinstance(image, Image.Image):
-            _check_size(image.size, limit, "the image")
-            return _upright_rgb(image)
-        if isinstance(image, (str, os.PathLike)) and str(image).startswith(("http://", "https://")):
-            from transformers.image_utils import load_image as fetch
-
-            image = fetch(str(image))
-            _check_size(image.size, limit, str(image))
-            return _upright_rgb(image)
-        if isinstance(image, (str, os.PathLike, bytes, bytearray)):
-            return _open_image_file(image, limit)
-        if isinstance(image, torch.Tensor):
-            image = image.detach().cpu().numpy()
-        if isinstance(image, np.ndarray):
-            return _array_to_pil(image, limit)
-        raise TypeError(
-            f"cannot read a {type(image).__name__} as an image: pass a PIL image, a path, bytes, "
-            "a NumPy array or a torch tensor"
-        )
+        return load_page(image, limit)
 
     # -- the Transformers image-processor interface ------------------------------------------------
 
@@ -307,66 +307,6 @@ def _flatten_images(images: Any) -> list[Any]:
     if isinstance(images, (list, tuple)):
         return [image for item in images for image in _flatten_images(item)]
     return [images]
-
-
-def _check_size(size: tuple[int, int], limit: int | None, what: str) -> None:
-    width, height = size
-    if width <= 0 or height <= 0:
-        raise ValueError(f"{what} is empty ({width}x{height} pixels)")
-    if limit is not None and width * height > limit:
-        raise ValueError(
-            f"{what} has {width}x{height} = {width * height:,} pixels, more than the limit of {limit:,} "
-            "(a guard against decompression bombs); raise `max_image_pixels` to accept it"
-        )
-
-
-def _upright_rgb(image: Image.Image) -> Image.Image:
-    """Apply the EXIF orientation and convert to RGB, without copying a page that needs neither."""
-    if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
-        image = ImageOps.exif_transpose(image)
-    return image if image.mode == "RGB" else image.convert("RGB")
-
-
-def _open_image_file(source: str | os.PathLike | bytes | bytearray, limit: int | None) -> Image.Image:
-    is_path = isinstance(source, (str, os.PathLike))
-    what = os.fspath(source) if is_path else "the image bytes"
-    try:
-        image = Image.open(source if is_path else io.BytesIO(source))
-    except FileNotFoundError:
-        raise ValueError(f"{what}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{what} is a directory, not an image") from None
-    except UnidentifiedImageError:
-        hint = " (a PDF: render its pages to images first)" if what.lower().endswith(".pdf") else ""
-        raise ValueError(f"{what} is not an image Pillow can read{hint}") from None
-    except Image.DecompressionBombError as error:
-        raise ValueError(f"{what} was refused as a possible decompression bomb: {error}") from None
-    try:
-        _check_size(image.size, limit, what)
-        image.load()  # decodes the pixels; Pillow then closes a file it opened by name
-    except (OSError, ValueError) as error:
-        image.close()
-        if not isinstance(error, OSError):
-            raise
-        raise ValueError(f"{what} could not be decoded: {error}") from None
-    return _upright_rgb(image)
-
-
-def _array_to_pil(array: np.ndarray, limit: int | None) -> Image.Image:
-    """HWC or CHW arrays with 1, 3 or 4 channels (or HW grey); floats are taken as 0..1, ints as 0..255."""
-    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
-        array = array.transpose(1, 2, 0)
-    if array.ndim == 3 and array.shape[-1] == 1:
-        array = array[..., 0]
-    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-        raise ValueError(
-            f"an image array must be HxW, HxWxC or CxHxW with 1, 3 or 4 channels, got {array.shape}"
-        )
-    _check_size((array.shape[1], array.shape[0]), limit, f"the {array.shape} image array")
-    if np.issubdtype(array.dtype, np.floating):
-        array = np.rint(np.clip(array, 0.0, 1.0) * 255.0)
-    array = np.ascontiguousarray(np.clip(array, 0, 255).astype(np.uint8))
-    return Image.fromarray(array).convert("RGB")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -607,7 +547,7 @@ class JinaOCRProcessor(ProcessorMixin):
             features = dict(self.image_processor(flat_images, **image_kwargs))
             view_size = features["pixel_values"].shape[-1]
             counts = [
-                count_image_tokens(view_size, (i, j) if i else None)
+                count_image_tokens(view_size, (i, j) if i else None, self.image_processor.pixels_per_token)
                 for i, j in features["image_grids"].tolist()
             ]
 
@@ -750,16 +690,18 @@ class JinaOCRProcessor(ProcessorMixin):
         prompt: str | None = None,
         *,
         batch_size: int | None = None,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int | None = None,
         return_regions: bool = False,
         **generate_kwargs,
     ):
         """Pages in, Markdown out, in one call: ``prepare_ocr_inputs`` -> greedy ``generate`` -> ``decode_ocr``.
 
         One image gives one ``str``; a list gives a list, one entry per page, processed ``batch_size``
-        pages at a time (all at once when None) to bound memory on long documents. The pages go
-        through the batch driver (batching_jina_ocr.py) that ``jina-ocr convert`` and ``serve`` use:
-        a batch that fails is retried page by page, and the first page that fails alone raises.
+        pages at a time (all at once when None) to bound memory on long documents. ``max_new_tokens``
+        None leaves the budget to the model's generation config (the export writes jina-ocr-v1's).
+        The pages go through the batch driver (batching_jina_ocr.py) that ``jina-ocr convert`` and
+        ``serve`` use: a batch that fails is retried page by page, and the first page that fails alone
+        raises.
         """
         single = not isinstance(image_or_images, (list, tuple))
         pages = [image_or_images] if single else list(image_or_images)

@@ -50,7 +50,7 @@ def build(config_name: str, device: torch.device, dtype: torch.dtype) -> JinaOCR
 
 def page_inputs(model, batch: int, side: int, device, dtype) -> dict:
     """``batch`` copies of a page prompt: text, one ``side``-px view's placeholders, text."""
-    grid = side // 64
+    grid = side // model.config.pixels_per_visual_token
     placeholders = grid * (grid + 1) + 1
     gen = torch.Generator().manual_seed(batch)
     text = torch.randint(10, model.config.vocab_size, (batch, 12), generator=gen)

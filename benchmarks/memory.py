@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pymupdf
 
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
+
 
 def make_pdf(pages: int, path: Path) -> None:
     """Text pages that all differ, like a long report."""
@@ -122,7 +124,7 @@ def main() -> int:
     parser.add_argument("--stage", choices=("processor", "convert"), default="processor")
     parser.add_argument("--long", type=int, default=300, help="pages of the long PDF (default: %(default)s)")
     parser.add_argument("--short", type=int, default=3, help="pages of the short PDF (default: %(default)s)")
-    parser.add_argument("--dpi", type=int, default=144)
+    parser.add_argument("--dpi", type=int, default=DEFAULT_DPI)
     parser.add_argument("--batch-size", type=int, default=3)
     parser.add_argument(
         "--mmap-threshold", type=int, help="pin glibc's mmap threshold (bytes) when measuring"

@@ -2,7 +2,7 @@
 
     python benchmarks/preprocess.py [--rounds 5] [--mode gundam]
 
-The pages are the olmOCR fixture PDFs rendered at 144 dpi (zoom 2, no alpha, as DeepSeek-OCR renders),
+The pages are the olmOCR fixture PDFs rendered by the page loader at its default dpi (as convert does),
 rendered once before timing. Both methods turn each page into the same tensors (checked exactly before
 timing): the global view and, in Gundam mode, the 640 px tiles, normalised to float32.
 
@@ -27,20 +27,18 @@ import pymupdf
 import torch
 from PIL import Image, ImageOps
 
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI, render_pdf_page
 from jina_ocr.remote_code.processing_jina_ocr import MODES, TILE_SIZE, JinaOCRImageProcessor, select_tile_grid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "olmocr"
 
 
-def render_pages(folder: Path, zoom: float = 2.0) -> list[tuple[str, Image.Image]]:
+def render_pages(folder: Path) -> list[tuple[str, Image.Image]]:
     pages = []
     for pdf in sorted(folder.glob("*.pdf")):
         with pymupdf.open(pdf) as doc:
             for number, page in enumerate(doc):
-                pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-                pages.append(
-                    (f"{pdf.stem}:{number + 1}", Image.frombytes("RGB", (pix.width, pix.height), pix.samples))
-                )
+                pages.append((f"{pdf.stem}:{number + 1}", render_pdf_page(page, DEFAULT_DPI)))
     return pages
 
 
@@ -125,7 +123,7 @@ def main() -> None:
     views = sum(1 + int(processor(page)["image_grids"][0].prod()) for _, page in pages)
     sizes = sorted({page.size for _, page in pages})
     print(
-        f"{len(pages)} pages at 144 dpi ({', '.join(f'{w}x{h}' for w, h in sizes)}), mode {args.mode}, "
+        f"{len(pages)} pages at {DEFAULT_DPI} dpi ({', '.join(f'{w}x{h}' for w, h in sizes)}), mode {args.mode}, "
         f"{views} views, best of {args.rounds}, torch threads {torch.get_num_threads()}; outputs identical"
     )
     print("| method | pages/s | ms/page | speed-up |")

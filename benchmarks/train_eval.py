@@ -38,6 +38,7 @@ from PIL import Image
 from jina_ocr.bench.peers import tesseract_text, unavailable
 from jina_ocr.cli import main as cli
 from jina_ocr.models import BUNDLED, hub_folder
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.synth import write_pages
 from jina_ocr.train.drills import STAGES, printed_page
 from jina_ocr.train.evaluate import character_error_rate
@@ -178,7 +179,9 @@ def stages(args, model, processor) -> dict:
 def synth_pages(out: Path, profile: str, args, model, processor) -> dict:
     """Section 3: held-out synth pages of ``profile``."""
     folder = out / profile
-    paths = write_pages(folder, args.synth_pages, seed=args.seed, profile=profile, page_size="a5", dpi=144)
+    paths = write_pages(
+        folder, args.synth_pages, seed=args.seed, profile=profile, page_size="a5", dpi=DEFAULT_DPI
+    )
     images = [Image.open(p).convert("RGB") for p in paths]
     references = [p.with_suffix(".md").read_text(encoding="utf-8") for p in paths]
     predictions, seconds, _ = transcribe(model, processor, images, args)

@@ -30,3 +30,5 @@ REAL_VOCAB_SIZE = 129280
 REAL_EXEMPT_TOKEN_IDS = (128821, 128822)
 
 DEFAULT_MAX_NEW_TOKENS = 4096
+"""jina-ocr-v1's output budget per page; a dense page is about 1,100 tokens, so this leaves room for the
+densest. The export writes it into generation_config.json; jina-ocr convert and serve default to it."""

@@ -36,12 +36,12 @@ from jina_ocr.documents import (
     open_document,
 )
 from jina_ocr.errors import UserError
+from jina_ocr.fetch import FetchPolicy, fetch, looks_like_url
 from jina_ocr.models import BUNDLED as BUNDLED_MODEL
 from jina_ocr.remote_code.batching_jina_ocr import BatchDriver, Generation, Page, batches
+from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
 DEFAULT_BATCH_SIZE = 4
-DEFAULT_MAX_NEW_TOKENS = 4096
-"""jina-ocr-v1's default; a dense page is about 1,100 tokens, so this leaves room for the densest."""
 
 MODEL_ENV = "JINA_OCR_MODEL"
 
@@ -95,6 +95,28 @@ class PageResult:
             "fastmtp": self.fastmtp,
             "error": self.error,
         }
+
+
+def document_record(source: str, results: Sequence[PageResult]) -> dict:
+    """One document's JSON object: ``convert --format json``, ``POST /v1/documents`` and ``GET /{url}``."""
+    return {"source": source, "pages": [result.to_dict() for result in results]}
+
+
+def html_comment(text: str) -> str:
+    """An HTML comment holding ``text``; a "--" inside would end the comment early."""
+    return f"<!-- {text.replace('--', '- -')} -->"
+
+
+def document_markdown(results: Sequence[PageResult]) -> str:
+    """Pages as Markdown: each converted page after its :data:`PAGE_MARKER` line, each failed page as
+    ``<!-- page N: not converted: REASON -->`` (the output of ``convert`` and of ``GET /{url}``)."""
+    parts = []
+    for result in results:
+        if result.ok:
+            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n\n{result.markdown.strip()}\n")
+        else:
+            parts.append(html_comment(f"page {result.page}: not converted: {result.error}") + "\n")
+    return "\n".join(parts)
 
 
 @dataclass
@@ -418,8 +440,10 @@ def convert(
     api_key: str | None = None,
     concurrency: int | None = None,
     retries: int | None = None,
+    fetch_policy: FetchPolicy | None = None,
 ) -> Iterator[PageResult]:
-    """Convert a PDF or image (a path or bytes) to Markdown, yielding a :class:`PageResult` per page.
+    """Convert a PDF or image (a path, bytes or an http(s) URL) to Markdown, yielding a
+    :class:`PageResult` per page.
 
     ``pages`` selects pages (``"1-3,7,10-"``, a list of numbers, or None for all). ``model`` is a model
     folder, a :class:`Converter` to reuse, or None for the default (see :func:`resolve_model`); a folder
@@ -429,7 +453,14 @@ def convert(
 
     With ``endpoint`` (one OpenAI ``base_url`` or several) pages are sent to those servers instead
     (see :mod:`jina_ocr.endpoints`); the options that belong to the server are refused.
+
+    A URL (``scheme://...``) is fetched first, within ``fetch_policy`` (default: :class:`FetchPolicy`,
+    which refuses private addresses; see :mod:`jina_ocr.fetch`), and named by the URL unless ``name``
+    is given; a URL that cannot be fetched raises :class:`~jina_ocr.fetch.FetchError`.
     """
+    if looks_like_url(source):
+        name = name or source
+        source = fetch(source, fetch_policy)
     if endpoint is None:
         client_side = dict(
             served_model=served_model, api_key=api_key, concurrency=concurrency, retries=retries

@@ -5,47 +5,53 @@ costs the memory of one page, not of 300. Every failure a user can cause is a
 :class:`DocumentError` whose message names the file and, where it applies, the page, because
 "cannot identify image file <_io.BytesIO object>" tells nobody which of their 40 files is broken.
 
-Limits are checked before work is done: a PDF page's pixel size at the chosen dpi is computed from
-its page box before MuPDF allocates the bitmap, and an image's size is read from its header before
-Pillow decodes it.
+Pages are read by the model's own page loader (``pages_jina_ocr`` in the remote code), so they have
+the same pixels here as through the processor and the pipeline: its rules for transparency, 16-bit,
+CMYK and orientation, and its limits, checked before work is done (a PDF page's pixel size at the
+chosen dpi from its page box before MuPDF allocates the bitmap, an image's size from its header
+before Pillow decodes it). This module adds what a document needs around them: lazy pages, page
+selections, passwords, and errors that name the file and the page.
 """
 
 from __future__ import annotations
 
 import abc
-import io
 import os
 import re
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pymupdf
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
 from jina_ocr.errors import UserError
-
-DEFAULT_DPI = 144
-"""DeepSeek-OCR renders PDF pages at 144 dpi (zoom 2); the model was trained on such renders."""
-
-DEFAULT_MAX_PIXELS = 80_000_000
-"""Largest page bitmap we create (240 MB as RGB). A 600 dpi A3 scan (70 M pixels) fits; the limit sits
-below Pillow's decompression-bomb warning (89.5 M) so that with the default our message comes first."""
-
-IMAGE_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP", "BMP")
-"""Pillow formats we accept. Only TIFF pages are read as multi-page; other formats use their first frame."""
+from jina_ocr.remote_code.pages_jina_ocr import (
+    DEFAULT_DPI,
+    DEFAULT_MAX_PIXELS,
+    MUPDF_LOCK,
+    EmptyPageError,
+    PageError,
+    PageTooLargeError,
+    check_image_size,
+    check_pdf_page_size,
+    decode_image,
+    open_image,
+    pdf_page_size,
+    render_pdf_page,
+    starts_like_an_image,
+    upright_size,
+)
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp"})
 DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
 """File name endings a folder listing treats as documents (the format itself is read from the bytes)."""
 
-_PDF_MAGIC_WINDOW = 1024
-"""PDF readers accept junk before ``%PDF-`` within the first KiB; so do we."""
+SNIFF_BYTES = 1024
+"""How many first bytes :func:`sniff` reads: PDF readers accept junk before ``%PDF-`` within the first
+KiB, and so do we."""
 
-_MUPDF_LOCK = threading.RLock()
-"""MuPDF's context is not thread-safe; the server opens and renders documents from worker threads."""
+NOT_A_DOCUMENT = "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image"
 
 
 class DocumentError(UserError):
@@ -202,23 +208,20 @@ class Document(abc.ABC):
                 self.source, f"out of range: the document has {_plural(self.page_count, 'page')}", page=number
             )
 
+    @abc.abstractmethod
     def check_page(self, number: int) -> tuple[int, int]:
         """The page's pixel size, after checking that it exists, has an area and is within the pixel
         limit; raises :class:`DocumentError` otherwise. Nothing is rendered or decoded."""
-        width, height = self.page_pixel_size(number)
-        if width < 1 or height < 1:
-            raise ZeroSizePageError(
-                self.source, f"{self._unit} has zero size ({width}x{height} px)", page=number
-            )
-        if width * height > self.max_pixels:
-            at_dpi = f" at {self.dpi} dpi; choose a lower dpi" if self._unit == "page" else ""
-            raise PixelLimitError(
-                self.source,
-                f"{self._unit} would be {width}x{height} = {width * height:,} pixels, over the limit of "
-                f"{self.max_pixels:,}{at_dpi}",
-                page=number,
-            )
-        return width, height
+
+    def _page_error(self, error: PageError, number: int) -> DocumentError:
+        """The loader's error about page ``number`` as this document's error, named by file and page."""
+        if isinstance(error, EmptyPageError):
+            kind = ZeroSizePageError
+        elif isinstance(error, PageTooLargeError):
+            kind = PixelLimitError
+        else:
+            kind = CorruptDocumentError
+        return kind(self.source, f"{self._unit} {error.reason}", page=number)
 
     def __enter__(self) -> Document:
         return self
@@ -241,59 +244,40 @@ class PdfDocument(Document):
         self.dpi = dpi
         self.max_pixels = max_pixels
         self.page_count = doc.page_count
-        self._matrix = pymupdf.Matrix(dpi / 72, dpi / 72)
-
-    def _media_box_is_empty(self, page: pymupdf.Page) -> bool:
-        """True when the page's own (or inherited) MediaBox has no area.
-
-        MuPDF silently replaces such a box with US Letter (or a 1 pt square), which would hand the
-        model a blank page instead of telling the user that the page is broken.
-        """
-        xref = page.xref
-        for _ in range(64):  # the page tree is shallow; the bound guards against a cyclic /Parent
-            kind, value = self._doc.xref_get_key(xref, "MediaBox")
-            if kind == "array":
-                try:
-                    x0, y0, x1, y1 = (float(v) for v in value.strip("[] ").split())
-                except ValueError:
-                    return True
-                return abs(x1 - x0) < 1 or abs(y1 - y0) < 1
-            kind, parent = self._doc.xref_get_key(xref, "Parent")
-            if kind != "xref":
-                return True
-            xref = int(parent.split()[0])
-        return True
 
     def page_pixel_size(self, number: int) -> tuple[int, int]:
-        self._check_number(number)
-        with _MUPDF_LOCK:
-            page = self._load(number)
-            box = page.rect * self._matrix
-        return box.irect.width, box.irect.height
-
-    def _load(self, number: int) -> pymupdf.Page:
-        try:
-            page = self._doc.load_page(number - 1)
-        except Exception as error:
-            raise CorruptDocumentError(self.source, f"cannot read the page: {error}", page=number) from error
-        if self._media_box_is_empty(page):
-            raise ZeroSizePageError(self.source, "page has zero size (its MediaBox has no area)", page=number)
-        return page
-
-    def render(self, number: int) -> Image.Image:
-        with _MUPDF_LOCK:
-            self.check_page(number)
+        with MUPDF_LOCK:
             page = self._load(number)
             try:
-                pixmap = page.get_pixmap(matrix=self._matrix, alpha=False, colorspace=pymupdf.csRGB)
-            except Exception as error:
-                raise CorruptDocumentError(
-                    self.source, f"cannot render the page: {error}", page=number
-                ) from error
-            return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
+                return pdf_page_size(page, self.dpi)
+            except PageError as error:
+                raise self._page_error(error, number) from None
+
+    def check_page(self, number: int) -> tuple[int, int]:
+        with MUPDF_LOCK:
+            page = self._load(number)
+            try:
+                return check_pdf_page_size(page, self.dpi, self.max_pixels, self.source)
+            except PageError as error:
+                raise self._page_error(error, number) from None
+
+    def _load(self, number: int) -> pymupdf.Page:
+        self._check_number(number)
+        try:
+            return self._doc.load_page(number - 1)
+        except Exception as error:
+            raise CorruptDocumentError(self.source, f"cannot read the page: {error}", page=number) from error
+
+    def render(self, number: int) -> Image.Image:
+        with MUPDF_LOCK:
+            page = self._load(number)
+            try:
+                return render_pdf_page(page, self.dpi, self.max_pixels, self.source)
+            except PageError as error:
+                raise self._page_error(error, number) from None
 
     def close(self) -> None:
-        with _MUPDF_LOCK:
+        with MUPDF_LOCK:
             self._doc.close()
 
 
@@ -313,78 +297,44 @@ class ImageDocument(Document):
         self.page_count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
 
     def page_pixel_size(self, number: int) -> tuple[int, int]:
-        self._check_number(number)
         self._seek(number)
-        width, height = self._image.size
-        if _exif_swaps_axes(self._image):
-            width, height = height, width
-        return width, height
+        return upright_size(self._image)
+
+    def check_page(self, number: int) -> tuple[int, int]:
+        self._seek(number)
+        try:
+            return check_image_size(self._image, self.max_pixels, self.source)
+        except PageError as error:
+            raise self._page_error(error, number) from None
 
     def _seek(self, number: int) -> None:
+        self._check_number(number)
         try:
             self._image.seek(number - 1)
         except (EOFError, OSError, ValueError) as error:
             raise CorruptDocumentError(self.source, f"cannot read the frame: {error}", page=number) from error
 
     def render(self, number: int) -> Image.Image:
-        self.check_page(number)
+        self._seek(number)
         try:
-            self._image.load()
-            oriented = ImageOps.exif_transpose(self._image)
-            return _to_rgb(oriented)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-            raise CorruptDocumentError(
-                self.source, f"cannot decode the {self._image.format} image: {error}", page=number
-            ) from error
+            return decode_image(self._image, self.max_pixels, self.source)
+        except PageError as error:
+            raise self._page_error(error, number) from None
 
     def close(self) -> None:
         self._image.close()
-
-
-def _exif_swaps_axes(image: Image.Image) -> bool:
-    """EXIF orientations 5-8 rotate by 90 degrees, so the page is as wide as the stored image is tall.
-
-    A PNG whose eXIf chunk comes after the pixel data is read as unrotated here, because Pillow would
-    decode the whole image to find that chunk, defeating the size check before decoding.
-    """
-    if image.format == "PNG" and "exif" not in image.info:
-        return False
-    return image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
-
-
-def _to_rgb(image: Image.Image) -> Image.Image:
-    """RGB for the model. Transparency is flattened onto white (paper), not black, and 16/32-bit
-    greyscale scans keep their contrast instead of clipping to white."""
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
-        values = np.asarray(image, dtype=np.int64)
-        top = 65535 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255
-        scaled = (np.clip(values, 0, top) * 255 // top).astype(np.uint8)
-        return Image.fromarray(scaled, mode="L").convert("RGB")
-    if image.mode == "F":
-        values = np.asarray(image, dtype=np.float64)
-        return Image.fromarray(np.clip(values, 0, 255).astype(np.uint8), mode="L").convert("RGB")
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(paper, rgba).convert("RGB")
-    return image.convert("RGB") if image.mode != "RGB" else image.copy()
 
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _sniff(head: bytes) -> str | None:
-    """'pdf', 'image' or None from a file's first bytes; the name's suffix is never trusted."""
-    if b"%PDF-" in head[:_PDF_MAGIC_WINDOW]:
+def sniff(head: bytes) -> str | None:
+    """'pdf', 'image' or None from a file's first bytes (:data:`SNIFF_BYTES` of them); the name's
+    suffix, like a server's Content-Type, is never trusted."""
+    if b"%PDF-" in head[:SNIFF_BYTES]:
         return "pdf"
-    if (
-        head.startswith(b"\x89PNG\r\n\x1a\n")
-        or head.startswith(b"\xff\xd8\xff")
-        or head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
-        or (head.startswith(b"RIFF") and head[8:12] == b"WEBP")
-        or head.startswith(b"BM")
-    ):
+    if starts_like_an_image(head):
         return "image"
     return None
 
@@ -411,7 +361,7 @@ def open_document(
     if isinstance(source, bytes | bytearray | memoryview):
         data: bytes | None = bytes(source)
         label = name or "<bytes>"
-        head = data[:_PDF_MAGIC_WINDOW]
+        head = data[:SNIFF_BYTES]
         size = len(data)
     else:
         path = Path(source)
@@ -422,7 +372,7 @@ def open_document(
             if path.is_dir():
                 raise DocumentError(label, "is a directory, not a document")
             with path.open("rb") as handle:
-                head = handle.read(_PDF_MAGIC_WINDOW)
+                head = handle.read(SNIFF_BYTES)
         except FileNotFoundError:
             raise DocumentError(label, "no such file") from None
         except PermissionError:
@@ -431,16 +381,16 @@ def open_document(
             raise DocumentError(label, "is a directory, not a document") from None
     if size == 0:
         raise EmptyDocumentError(label, "is empty (0 bytes)")
-    kind = _sniff(head)
+    kind = sniff(head)
     if kind == "pdf":
         return _open_pdf(source if data is None else data, label, password, dpi, max_pixels)
     if kind == "image":
         return _open_image(source if data is None else data, label, dpi, max_pixels)
-    raise UnknownFormatError(label, "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image")
+    raise UnknownFormatError(label, NOT_A_DOCUMENT)
 
 
 def _open_pdf(source, label: str, password: str | None, dpi: int, max_pixels: int) -> PdfDocument:
-    with _MUPDF_LOCK:
+    with MUPDF_LOCK:
         try:
             if isinstance(source, bytes):
                 doc = pymupdf.open(stream=source, filetype="pdf")
@@ -485,19 +435,10 @@ def _ends_with_eof_marker(source) -> bool:
 
 
 def _open_image(source, label: str, dpi: int, max_pixels: int) -> ImageDocument:
-    fp = io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source)
     try:
-        image = Image.open(fp, formats=IMAGE_FORMATS)
-    except Image.DecompressionBombError as error:
-        raise PixelLimitError(label, f"is too large for Pillow to open safely: {error}", page=1) from None
-    except UnidentifiedImageError:
-        raise CorruptDocumentError(
-            label, "is not a readable image: it starts like one but cannot be parsed (damaged or truncated)"
-        ) from None
-    except (OSError, SyntaxError, ValueError) as error:
-        raise CorruptDocumentError(
-            label, f"is not a readable image (damaged or truncated): {error}"
-        ) from None
+        image = open_image(source, label)
+    except PageError as error:
+        raise CorruptDocumentError(label, error.reason) from None
     return ImageDocument(image, label, dpi, max_pixels)
 
 

@@ -50,7 +50,7 @@ from jina_ocr.remote_code.generation import settings
 DEFAULT_CONCURRENCY = 8
 DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
-"""Seconds one request may take: a dense page of 4096 tokens on a busy server takes minutes."""
+"""Seconds one request may take: a dense page of the full token budget on a busy server takes minutes."""
 DEFAULT_COOLDOWN = 30.0
 FAILURES_BEFORE_COOLDOWN = 3
 

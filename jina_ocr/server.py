@@ -12,7 +12,12 @@ Endpoints:
 - ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
   fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
   ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "fastmtp", "error"}]}`` as
-  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error``.
+  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error`` (a page over the
+  pixel limit is refused with 413 before any work, as on chat).
+- ``GET /{url}`` (with ``--allow-urls``), e.g. ``GET /https://example.org/report.pdf``: the document
+  at that URL, fetched within limits (see :mod:`jina_ocr.fetch`). An optional ``X-Page`` header
+  selects pages (``3``, ``2-5``, ``1,4``). The answer is the Markdown of ``jina-ocr convert``
+  (``text/markdown``), or with ``Accept: application/json`` the JSON of ``/v1/documents``.
 - ``GET /health`` and ``GET /v1/models``.
 
 Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
@@ -21,8 +26,11 @@ share a prompt and runs them as one ``generate`` call through the batch driver
 on with the others; a request whose client hangs up is cancelled, and its pages stop generating
 within a step (or never start). Each request keeps at most ``batch_size`` rendered pages in flight,
 so a long PDF does not fill memory. Limits (body size, pages per request, page pixels, queued pages)
-are answered with 4xx and an OpenAI-style error body. Image URLs other than ``data:`` are refused:
-the server never fetches anything.
+are answered with 4xx and an OpenAI-style error body. Without ``--allow-urls`` image URLs other than
+``data:`` are refused and the server fetches nothing; with it, ``http(s)`` image URLs are fetched too,
+and the documents one request brings, uploaded or fetched, add up to at most the request body limit.
+A URL that is refused or too large is a 400 or 413, a server that cannot be reached or answers with
+an error a 502, one that is too slow a 504.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
+import dataclasses
 import json
 import queue
+import re
 import threading
 import time
 import uuid
@@ -49,10 +59,28 @@ from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from jina_ocr.conversion import PAGE_MARKER, Converter, Generation, PageResult
+from jina_ocr.conversion import (
+    PAGE_MARKER,
+    Converter,
+    Generation,
+    PageResult,
+    document_markdown,
+    document_record,
+)
 from jina_ocr.documents import Document, DocumentError, PixelLimitError, open_document
 from jina_ocr.errors import UserError
+from jina_ocr.fetch import (
+    BodyTooLarge,
+    FetchError,
+    FetchPolicy,
+    FetchTimeout,
+    RefusedURL,
+    UpstreamError,
+    fetch,
+    looks_like_url,
+)
 from jina_ocr.remote_code.batching_jina_ocr import Cancelled, Page
+from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 
 DISCONNECT_POLL_SECONDS = 0.2
 """How often a request waiting for its pages checks that its client is still connected."""
@@ -67,7 +95,7 @@ class Limits:
 
     max_request_bytes: int = 32 * 1024 * 1024
     max_pages: int = 64
-    max_pixels: int = 40_000_000
+    max_pixels: int = SERVER_MAX_PIXELS
     max_queued_pages: int = 512
 
 
@@ -251,13 +279,27 @@ class _Page:
     render_seconds: float = 0.0
 
 
-class OCRService:
-    """The request-independent state of a server: the converter, its queue and the limits."""
+_FETCH_STATUS = ((BodyTooLarge, 413), (FetchTimeout, 504), (UpstreamError, 502), (RefusedURL, 400))
+"""The HTTP status of each way a fetch fails: the client's URL is refused (400) or too large (413);
+the server behind it failed (502) or was too slow (504)."""
 
-    def __init__(self, converter: Converter, model_id: str, limits: Limits, batch_wait_seconds: float):
+
+class OCRService:
+    """The request-independent state of a server: the converter, its queue, the limits, and the fetch
+    policy (None: URLs are refused)."""
+
+    def __init__(
+        self,
+        converter: Converter,
+        model_id: str,
+        limits: Limits,
+        batch_wait_seconds: float,
+        fetching: FetchPolicy | None = None,
+    ):
         self.converter = converter
         self.model_id = model_id
         self.limits = limits
+        self.fetching = fetching
         self.queue = BatchQueue(converter, converter.batch_size, batch_wait_seconds, limits.max_queued_pages)
         self.created = int(time.time())
 
@@ -279,12 +321,78 @@ class OCRService:
         except DocumentError as error:
             raise RequestError(400, str(error)) from None
 
+    async def fetch(self, url: str, budget: int) -> bytes:
+        """The document at ``url``, at most ``budget`` bytes, fetched in a worker thread so that the
+        event loop keeps serving; a failure is a :class:`RequestError` with its status."""
+        if budget < 1:
+            raise RequestError(
+                413,
+                f"{url}: the documents of this request already fill the limit of "
+                f"{self.limits.max_request_bytes:,} bytes",
+            )
+        policy = dataclasses.replace(self.fetching, max_bytes=budget)
+        try:
+            return await run_in_threadpool(fetch, url, policy)
+        except FetchError as error:
+            status = next((code for kind, code in _FETCH_STATUS if isinstance(error, kind)), 502)
+            raise RequestError(status, str(error)) from None
+
+    async def convert(
+        self,
+        request: Request,
+        document: Document,
+        numbers: list[int],
+        prompt: str | None,
+        max_new_tokens: int,
+    ) -> list[PageResult]:
+        """The results of pages of an open document in page order, a failed page carrying its error;
+        raises :class:`ClientGone` (its pages cancelled) when the client of ``request`` hangs up."""
+        results = []
+        pages = [_Page(document, n) for n in numbers]
+        async with aclosing(self.run_pages(request, pages, prompt, max_new_tokens)) as outcomes:
+            async for page, outcome in outcomes:
+                if isinstance(outcome, Generation):
+                    results.append(
+                        PageResult.converted(document.source, page.number, outcome, page.render_seconds)
+                    )
+                else:
+                    reason = (
+                        outcome.reason
+                        if isinstance(outcome, DocumentError)
+                        else f"{type(outcome).__name__}: {outcome}"
+                    )
+                    results.append(
+                        PageResult(document.source, page.number, seconds=page.render_seconds, error=reason)
+                    )
+        return results
+
+    def select(self, document: Document, pages: str | None) -> list[int]:
+        """The pages a selection names, within the page limit; a bad selection is a 400."""
+        try:
+            numbers = document.select(pages)
+        except UserError as error:  # a malformed selection or a page out of range
+            raise RequestError(400, str(error)) from None
+        self.check_page_count(len(numbers))
+        self.refuse_oversized_pages(document, numbers)
+        return numbers
+
     def check_page_count(self, count: int) -> None:
         if count > self.limits.max_pages:
             raise RequestError(
                 413,
                 f"{count} pages in one request, over the limit of {self.limits.max_pages}; send fewer pages",
             )
+
+    def refuse_oversized_pages(self, document: Document, numbers: list[int]) -> None:
+        """413 for a request holding a page over the pixel limit, from page sizes alone, before any work
+        (a page broken in another way is left to fail on its own, as that page's error)."""
+        for number in numbers:
+            try:
+                document.check_page(number)
+            except PixelLimitError as error:
+                raise RequestError(413, str(error)) from None
+            except DocumentError:
+                continue
 
     async def run_pages(
         self, request: Request, pages: list[_Page], prompt: str | None, max_new_tokens: int
@@ -341,6 +449,7 @@ async def _settle(
 
 
 def _data_url_bytes(url: str, where: str) -> bytes:
+    """The bytes of a ``data:`` URL; any other URL is refused as this server does not fetch it."""
     if not url.startswith("data:"):
         scheme = url.split(":", 1)[0] if ":" in url else "no scheme"
         raise RequestError(
@@ -360,8 +469,12 @@ def _data_url_bytes(url: str, where: str) -> bytes:
     return data
 
 
-def _chat_inputs(body) -> tuple[list[tuple[bytes, str]], str | None]:
-    """Images (bytes, where) and the prompt from the last user message of an OpenAI chat request."""
+def _chat_inputs(body, fetch_urls: bool = False) -> tuple[list[tuple[bytes | str, str]], str | None]:
+    """Images (bytes, where) and the prompt from the last user message of an OpenAI chat request.
+
+    With ``fetch_urls`` an image that is not a ``data:`` URL comes back as its URL, to be fetched
+    (which refuses what is not http or https).
+    """
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
     messages = body.get("messages")
@@ -387,7 +500,8 @@ def _chat_inputs(body) -> tuple[list[tuple[bytes, str]], str | None]:
             url = ref.get("url") if isinstance(ref, dict) else ref
             if not isinstance(url, str):
                 raise RequestError(400, f"{where}.image_url.url must be a string")
-            images.append((_data_url_bytes(url, where), where))
+            fetched = fetch_urls and not url.startswith("data:")
+            images.append((url if fetched else _data_url_bytes(url, where), where))
         else:
             raise RequestError(400, f"{where}: unsupported part; use text and image_url parts")
     if not images:
@@ -396,10 +510,18 @@ def _chat_inputs(body) -> tuple[list[tuple[bytes, str]], str | None]:
 
 
 def create_app(
-    converter: Converter, model_id: str, limits: Limits | None = None, batch_wait_seconds: float = 0.01
+    converter: Converter,
+    model_id: str,
+    limits: Limits | None = None,
+    batch_wait_seconds: float = 0.01,
+    fetching: FetchPolicy | None = None,
 ) -> FastAPI:
-    """The ASGI application; the batching worker runs while the application's lifespan does."""
-    service = OCRService(converter, model_id, limits or Limits(), batch_wait_seconds)
+    """The ASGI application; the batching worker runs while the application's lifespan does.
+
+    ``fetching`` allows documents by URL (``GET /{url}`` and http(s) image URLs) within that policy;
+    its ``max_bytes`` is replaced by what is left of the request body limit.
+    """
+    service = OCRService(converter, model_id, limits or Limits(), batch_wait_seconds, fetching)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -458,15 +580,22 @@ def create_app(
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestError(400, "the request body is not valid JSON") from None
-        images, prompt = _chat_inputs(body)
+        images, prompt = _chat_inputs(body, fetch_urls=service.fetching is not None)
         limit = service.max_new_tokens(
             body.get("max_completion_tokens", body.get("max_tokens")),
             "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens",
         )
+        service.check_page_count(len(images))  # each image is a page at least: refuse before fetching
         documents: list[Document] = []
         try:
-            for data, where in images:
-                documents.append(service.open(data, where))
+            budget = service.limits.max_request_bytes
+            for image, where in images:
+                if isinstance(image, str):
+                    data = await service.fetch(image, budget)
+                    budget -= len(data)
+                    documents.append(service.open(data, f"{where} ({image})"))
+                else:
+                    documents.append(service.open(image, where))
             pages = [_Page(d, n) for d in documents for n in range(1, d.page_count + 1)]
             service.check_page_count(len(pages))
             for page in pages:  # refuse oversized and empty pages before any work, from their headers
@@ -536,32 +665,50 @@ def create_app(
         limit = service.max_new_tokens(max_tokens)
         document = service.open(data, name, password)
         try:
-            try:
-                numbers = document.select(pages)
-            except UserError as error:  # a malformed selection or a page out of range
-                raise RequestError(400, str(error)) from None
-            service.check_page_count(len(numbers))
-            results = []
-            async with aclosing(
-                service.run_pages(request, [_Page(document, n) for n in numbers], prompt, limit)
-            ) as outcomes:
-                async for page, outcome in outcomes:
-                    if isinstance(outcome, Generation):
-                        results.append(PageResult.converted(name, page.number, outcome, page.render_seconds))
-                    else:
-                        reason = (
-                            outcome.reason
-                            if isinstance(outcome, DocumentError)
-                            else f"{type(outcome).__name__}: {outcome}"
-                        )
-                        results.append(
-                            PageResult(name, page.number, seconds=page.render_seconds, error=reason)
-                        )
+            results = await service.convert(request, document, service.select(document, pages), prompt, limit)
         finally:
             _close([document])
-        return {"source": name, "pages": [result.to_dict() for result in results]}
+        return document_record(name, results)
+
+    if service.fetching is not None:
+        # Only paths whose first segment holds a colon ("https:"): the other routes keep their 404/405.
+        @app.get("/{scheme}:{rest:path}")
+        async def document_by_url(request: Request):
+            url = _requested_url(request)
+            data = await service.fetch(url, service.limits.max_request_bytes)
+            document = service.open(data, url)
+            try:
+                numbers = service.select(document, request.headers.get("x-page"))
+                limit = service.max_new_tokens(None)
+                results = await service.convert(request, document, numbers, None, limit)
+            finally:
+                _close([document])
+            if _wants_json(request.headers.get("accept")):
+                return document_record(url, results)
+            return Response(document_markdown(results), media_type="text/markdown")
 
     return app
+
+
+def _requested_url(request: Request) -> str:
+    """The URL of ``GET /{url}`` as the client wrote it: the raw path after the first slash (still
+    percent-encoded) and the query string, which belongs to that URL. A proxy that merged the slashes
+    of ``https://`` into one is undone."""
+    path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")[1:]
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    url = re.sub(r"^(https?):/(?!/)", r"\1://", path, flags=re.IGNORECASE)
+    if not looks_like_url(url):
+        raise RequestError(400, f"{url}: not a URL; ask for GET /https://host/path")
+    return f"{url}?{query}" if query else url
+
+
+def _wants_json(accept: str | None) -> bool:
+    """Whether the Accept header names application/json before any text/markdown."""
+    for media_type in (accept or "").split(","):
+        kind = media_type.split(";")[0].strip().lower()
+        if kind in ("application/json", "text/markdown"):
+            return kind == "application/json"
+    return False
 
 
 def _chat_page_text(markdown: str, page: _Page, page_count: int) -> str:
@@ -645,10 +792,10 @@ def serve(
     port: int = 8000,
     limits: Limits | None = None,
     batch_wait_seconds: float = 0.01,
+    fetching: FetchPolicy | None = None,
 ) -> None:
     """Run the server until interrupted."""
     import uvicorn
 
-    uvicorn.run(
-        create_app(converter, model_id, limits, batch_wait_seconds), host=host, port=port, log_level="info"
-    )
+    app = create_app(converter, model_id, limits, batch_wait_seconds, fetching)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -8,6 +8,7 @@ from torch import nn
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+from jina_ocr.remote_code.processing_jina_ocr import PIXELS_PER_TOKEN
 
 EOS, PAD = 1, 2
 SPECIAL = (EOS, PAD, IMAGE)
@@ -25,7 +26,7 @@ def small_model(seed: int = 0, dtype=torch.float64, **overrides) -> JinaOCRForCo
 
 
 def placeholders(side: int) -> int:
-    n = side // 64
+    n = side // PIXELS_PER_TOKEN
     return n * (n + 1) + 1
 
 

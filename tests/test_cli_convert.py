@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
-from test_documents import handwritten_pdf
+from test_documents import damaged_pdf, handwritten_pdf
 
 from jina_ocr import conversion
 from jina_ocr.cli import main
@@ -153,6 +153,19 @@ def test_a_bad_page_is_reported_and_the_rest_converts(run, tmp_path):
     assert "<!-- page 2: not converted: page has zero size" in text
 
 
+@pytest.mark.parametrize("kind", ["content", "image"])
+def test_a_page_mupdf_reports_damaged_fails_and_the_others_convert(run, tmp_path, kind):
+    damaged = tmp_path / f"damaged-{kind}.pdf"
+    damaged.write_bytes(damaged_pdf(kind))
+    status, out, err = run(damaged)
+    assert status == 1
+    assert markers(out) == ["1", "2", "3"]
+    # Pages 1 and 3 converted: page 3, rendered after page 2, is not failed by page 2's warnings.
+    assert "<!-- page 1 -->" in out and "<!-- page 3 -->" in out
+    assert re.search(r"<!-- page 2: not converted: page is damaged: MuPDF reports .*zlib error", out)
+    assert re.search(rf"{re.escape(str(damaged))}, page 2: page is damaged: MuPDF reports .*zlib error", err)
+
+
 def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
     status, out, err = run(fixtures_dir / "tesseract", "--pages", "1", "--format", "json")
     assert status == 0, err
@@ -162,8 +175,9 @@ def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
     assert run(SAMPLE, "--pages", "2-1")[0] == 2  # malformed selection: usage error, nothing runs
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "sample.pdf").write_bytes(SAMPLE.read_bytes())
-    status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "-o", tmp_path)
-    assert status == 2 and "would both be written to sample.md" in err
+    status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "--pages", "1", "-o", tmp_path / "out")
+    assert status == 0, err  # two inputs of one name: the second is numbered
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sample-2.md", "sample.md"]
 
 
 def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -27,6 +28,7 @@ from jina_ocr.documents import (
     select_pages,
 )
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 
 
 def pdf_with_pages(count: int, size=(612, 792)) -> bytes:
@@ -55,6 +57,25 @@ def handwritten_pdf(pages_dict: bytes, page_dicts: list[bytes]) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
+
+
+def damaged_pdf(kind: str) -> bytes:
+    """Three pages whose page 2 MuPDF draws only partly, with a warning: garbage under /FlateDecode in
+    its content stream ("content"), or in the data of an image it shows ("image")."""
+    document = pymupdf.open()
+    for number in (1, 2, 3):
+        document.new_page(width=300, height=200).insert_text((20, 60), f"Page {number}", fontsize=18)
+    page = document[1]
+    if kind == "content":
+        xref = page.get_contents()[0]
+    else:
+        picture = io.BytesIO()
+        Image.new("RGB", (40, 30), (200, 10, 10)).save(picture, format="PNG")
+        xref = page.insert_image(pymupdf.Rect(20, 80, 100, 140), stream=picture.getvalue())
+        document.xref_set_key(xref, "DecodeParms", "null")
+    document.update_stream(xref, b"\x13 this is not deflate data " * 20, compress=False)
+    document.xref_set_key(xref, "Filter", "/FlateDecode")
+    return document.tobytes()
 
 
 def png_header_only(width: int, height: int) -> bytes:
@@ -196,6 +217,16 @@ def test_page_out_of_range_on_render():
             document.select("2-3")
 
 
+@pytest.mark.parametrize("kind", ["content", "image"])
+def test_a_page_mupdf_reports_damage_on_is_corrupt_and_the_others_render(kind):
+    with open_document(damaged_pdf(kind), name="damaged.pdf") as document:
+        with pytest.raises(
+            CorruptDocumentError, match=r"^damaged\.pdf, page 2: page is damaged: MuPDF reports .*zlib error"
+        ):
+            document.render(2)
+        assert document.render(3).size == document.render(1).size == (600, 400)
+
+
 def test_pdf_page_over_pixel_limit_is_refused_before_rendering(monkeypatch):
     renders = []
     real = pymupdf.Page.get_pixmap
@@ -208,7 +239,7 @@ def test_pdf_page_over_pixel_limit_is_refused_before_rendering(monkeypatch):
             PixelLimitError, match=r"^poster\.pdf, page 1: page would be 28800x28800"
         ) as caught:
             document.render(1)
-        assert "at 144 dpi" in str(caught.value)
+        assert f"at {DEFAULT_DPI} dpi" in str(caught.value)
         assert renders == []
     with open_document(pdf_with_pages(1, size=(14400, 14400)), dpi=36) as smaller:
         assert smaller.render(1).size == (7200, 7200)
@@ -273,15 +304,38 @@ def test_image_over_pixel_limit_is_refused_from_its_header():
     with open_document(png_header_only(9000, 9000), name="huge.png") as document:
         with pytest.raises(PixelLimitError, match=r"^huge\.png, page 1: image would be 9000x9000"):
             document.render(1)
-    with pytest.raises(PixelLimitError, match="bomb.png"):
-        open_document(png_header_only(20000, 20000), name="bomb.png")  # past Pillow's own limit
+    # 400 M pixels, past Pillow's own decompression-bomb error (2 x 89.5 M): our message, no warning first.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with open_document(png_header_only(20000, 20000), name="bomb.png") as document:
+            with pytest.raises(
+                PixelLimitError, match=r"^bomb\.png, page 1: image would be 20000x20000 = 400,"
+            ):
+                document.render(1)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF"])  # TIFF checks Pillow's limit again when it decodes
+def test_the_pixel_limit_may_be_raised_past_pillows_own(monkeypatch, fmt):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow would refuse 60 x 60 = 3,600 pixels
+    data = image_bytes(Image.new("RGB", (60, 60), (10, 200, 30)), fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with open_document(data, name=f"scan.{fmt.lower()}") as document:
+            assert document.render(1).getpixel((5, 5)) == (10, 200, 30)
+        with open_document(data, name=f"scan.{fmt.lower()}", max_pixels=3000) as document:
+            with pytest.raises(PixelLimitError, match="60x60 = 3,600 pixels, over the limit of 3,000"):
+                document.render(1)
+    assert Image.MAX_IMAGE_PIXELS == 1000  # Pillow's setting is back as it was
 
 
 @pytest.mark.filterwarnings("ignore:Corrupt EXIF data")  # Pillow warns as it reads the cut TIFF
 def test_truncated_images_are_corrupt(fixtures_dir):
     png = (fixtures_dir / "tesseract" / "phototest-rotated-L.png").read_bytes()
     with open_document(png[: len(png) * 2 // 3], name="cut.png") as document:  # header intact, data cut
-        with pytest.raises(CorruptDocumentError, match=r"^cut\.png, page 1: cannot decode the PNG image"):
+        with pytest.raises(
+            CorruptDocumentError,
+            match=r"^cut\.png, page 1: image cannot be decoded as PNG: image file is truncated",
+        ):
             document.render(1)
     tiff = (fixtures_dir / "tesseract" / "eurotext.tif").read_bytes()  # its directory is at the end
     with pytest.raises(

@@ -32,6 +32,7 @@ from jina_ocr.cli import main
 from jina_ocr.documents import open_document
 from jina_ocr.endpoints import EndpointConverter, RetryPolicy, retry_after_seconds
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
 FAST = functools.partial(RetryPolicy, first_delay=0.01, random=lambda: 1.0)
 """Backoff of 10 ms, 20 ms, 40 ms ... (the draw fixed at its top) instead of 1 s, 2 s, 4 s ..."""
@@ -307,7 +308,7 @@ def test_resume_after_a_kill_converts_only_what_is_missing(tmp_path):
         )
         _, err = refused.communicate(timeout=60)
         assert refused.returncode == 2
-        assert "other options: --max-new-tokens (was 4096, now 9)" in err
+        assert f"other options: --max-new-tokens (was {DEFAULT_MAX_NEW_TOKENS}, now 9)" in err
         resumed = run_cli_process(documents, "-o", out, "--endpoint", url, "--resume")
         _, err = resumed.communicate(timeout=60)
     assert resumed.returncode == 0, err

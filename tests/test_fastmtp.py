@@ -15,6 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.remote_code.generation import hooks
 from jina_ocr.remote_code.generation.fastmtp import FastMTPCandidateGenerator
+from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
 GUARD = {"loop_guard_ngram_size": 3, "loop_guard_window": 8}  # small enough to fire in short outputs
 
@@ -293,7 +294,11 @@ def test_exported_generation_config_sets_fastmtp_for_hub_users(request, tmp_path
     folder = request.getfixturevalue("tiny_mtp_export" if mtp else "tiny_export")
     result = run_as_hub_user(HUB_USER, tmp_path, str(folder))
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["use_mtp"] is mtp and report["steps"] == 3 and report["max_new_tokens"] == 4096
+    assert (
+        report["use_mtp"] is mtp
+        and report["steps"] == 3
+        and report["max_new_tokens"] == DEFAULT_MAX_NEW_TOKENS
+    )
     ngram, window, exempt = report["guard"]
     assert (ngram, window, len(exempt)) == (35, 1024, 2)
     assert report["stats1"] is report["stats2"] is mtp  # FastMTP statistics exist only when it ran

@@ -7,6 +7,7 @@ import numpy as np
 import pymupdf
 import pytest
 
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, JinaOCRImageProcessor
 from jina_ocr.synth.page import render
 from jina_ocr.train.drills import A5
@@ -29,7 +30,7 @@ def _page(texts: list[tuple[tuple[float, float], str, float]]) -> bytes:
 
 def _ink_cell(pdf_bytes: bytes, mode: str) -> tuple[int, int]:
     """(row, col) of the cell holding the centre of the ink in the processor's global view."""
-    image = render(pdf_bytes, 144)
+    image = render(pdf_bytes, DEFAULT_DPI)
     view = JinaOCRImageProcessor(mode=mode)([image])["pixel_values"][0].mean(0).numpy()
     rows, cols = np.nonzero(view < -0.5)
     return int(rows.mean() // PIXELS_PER_TOKEN), int(cols.mean() // PIXELS_PER_TOKEN)
@@ -40,7 +41,7 @@ def _ink_cell(pdf_bytes: bytes, mode: str) -> tuple[int, int]:
 def test_a_glyph_gets_the_cell_its_ink_lands_in(tokenizer, mode, point):
     pdf = _page([(point, "W", 24.0)])
     grid = ViewGrid(MODES[mode][0])
-    targets = glyph_targets(tokenizer, "W", pdf, render(pdf, 144).size, grid)
+    targets = glyph_targets(tokenizer, "W", pdf, render(pdf, DEFAULT_DPI).size, grid)
     row, col = _ink_cell(pdf, mode)
     assert targets.token_cells == [grid.sequence_index(row, col), NO_CELL]
     slots = targets.cell_glyphs[row * grid.side + col]
@@ -52,7 +53,7 @@ def test_markup_and_joins_have_no_cell_and_slots_follow_reading_order(tokenizer)
     grid = ViewGrid(MODES["base"][0])
     pdf = _page([((40, 50), "Hi", 28.0), ((40, 122), "ab", 20.0), ((40, 146), "cd", 20.0)])
     markdown = "# Hi\n\nab cd"
-    targets = glyph_targets(tokenizer, markdown, pdf, render(pdf, 144).size, grid)
+    targets = glyph_targets(tokenizer, markdown, pdf, render(pdf, DEFAULT_DPI).size, grid)
     ids = tokenizer.encode(markdown, add_special_tokens=False)
     assert len(targets.token_cells) == len(ids) + 1  # and EOS
     cells = dict(zip(markdown, targets.token_cells, strict=False))

@@ -180,8 +180,37 @@ def test_config_precedence_top_level_over_language_block_over_defaults():
         ({"sam_downsample_channels": [512, 768]}, "clip_hidden_size"),
         ({"mtp_feedback_hidden": "middle"}, "mtp_feedback_hidden"),
         ({"num_nextn_predict_layers": 2}, "one recursive head"),
+        ({"sam_downsample_channels": [1024]}, "two stride-2 compressor convolutions"),
+        ({"mtp_recursive": False}, r"^mtp_recursive=False is not supported: .* applied recursively"),
+        ({"mtp_share_embedding_weights": False}, r"^mtp_share_embedding_weights=False is not supported"),
+        ({"mtp_share_lm_head": False}, r"^mtp_share_lm_head=False is not supported"),
+        ({"mtp_share_norm": False}, r"^mtp_share_norm=False is not supported"),
+        ({"hidden_act": "gelu"}, r"^hidden_act='gelu' is not supported: .* only 'silu'"),
     ],
 )
 def test_unsupported_configs_are_refused_with_a_clear_message(overrides, message):
     with pytest.raises(ValueError, match=message):
         JinaOCRConfig(**overrides)
+
+
+def test_real_configs_and_the_pixels_per_visual_token(fixtures_dir):
+    """The fields read but not otherwise used hold the values the real checkpoints write (SPEC section 2),
+    and a view's side per visual token comes from the patch size and the compressor, not a constant."""
+    original = json.loads((fixtures_dir / "deepseek_ocr" / "config.json").read_text(encoding="utf-8"))
+    released = {"num_nextn_predict_layers": 1, "mtp_recursive": True, "mtp_share_embedding_weights": True}
+    released.update(mtp_share_lm_head=True, mtp_share_norm=True, mtp_moe=False, hidden_act="silu")
+    for config in (JinaOCRConfig.from_dict(original), JinaOCRConfig(**released)):
+        assert config.hidden_act == "silu" and config.mtp_recursive is True
+        assert config.pixels_per_visual_token == 64  # 16 px patches, two stride-2 convolutions
+    assert JinaOCRConfig(sam_patch_size=8).pixels_per_visual_token == 32
+
+
+def test_views_follow_the_configs_pixels_per_visual_token():
+    from small_config import SMALL
+
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL, sam_patch_size=8)).eval()
+    with torch.no_grad():
+        [features] = model.model.get_image_features(torch.zeros(1, 3, 96, 96))
+    assert features.shape[0] == 3 * (3 + 1) + 1  # 96 / 32 = 3 tokens a side, a newline a row, the separator
+    with pytest.raises(ValueError, match=r"divisible by 32 \(pixels per visual token\), got \(80, 80\)"):
+        model.model.get_image_features(torch.zeros(1, 3, 80, 80))

@@ -101,7 +101,7 @@ def ref_layernorm2d(x, norm):
 
 
 def ref_sam(image, sam, config):
-    """image (3, S, S) -> (C, S/64, S/64)."""
+    """image (3, S, S) -> (C, S/p, S/p), p the pixels per visual token."""
     x = F.conv2d(image[None], sam.patch_embed.proj.weight, sam.patch_embed.proj.bias, stride=16)[0]
     x = x.permute(1, 2, 0)
     grid = x.shape[0]
@@ -228,7 +228,8 @@ def test_sam_encoder_matches_reference(model, size):
     with torch.no_grad():
         ours = model.model.sam_model(images)
         expected = torch.stack([ref_sam(img, model.model.sam_model, model.config) for img in images])
-    assert ours.shape == (2, 16, size // 64, size // 64)
+    side = size // model.config.pixels_per_visual_token
+    assert ours.shape == (2, 16, side, side)
     torch.testing.assert_close(ours, expected, rtol=1e-9, atol=1e-9)
 
 

@@ -7,7 +7,10 @@ import pymupdf
 import pytest
 import torch
 from PIL import Image
+from test_documents import damaged_pdf
 from transformers import AutoModelForImageTextToText, AutoProcessor, pipeline
+
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 
 GENERATE = {"max_new_tokens": 4, "use_mtp": False}
 
@@ -58,7 +61,7 @@ def test_ocr_pipeline_on_a_pdf_page_renders_at_144_dpi(ocr_pipe, loaded, tmp_pat
     pdf = tmp_path / "two_pages.pdf"
     small_pdf(pdf)
     with pymupdf.open(pdf) as document:
-        pix = document[1].get_pixmap(dpi=144, alpha=False)
+        pix = document[1].get_pixmap(dpi=DEFAULT_DPI, alpha=False)
         second = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
     expected = direct(*loaded, second)
     assert ocr_pipe(str(pdf), page=2, generate_kwargs=GENERATE) == [{"generated_text": expected}]
@@ -67,6 +70,29 @@ def test_ocr_pipeline_on_a_pdf_page_renders_at_144_dpi(ocr_pipe, loaded, tmp_pat
     ]
     with pytest.raises(ValueError, match="page 3 is out of range"):
         ocr_pipe(str(pdf), page=3, generate_kwargs=GENERATE)
+
+
+def test_ocr_pipeline_refuses_oversized_and_damaged_pdf_pages(ocr_pipe, tmp_path, monkeypatch):
+    """The pipeline's PDF pages follow the page loader's rules: the size is checked from the page box
+    before anything is rendered, and a page MuPDF reports damage on is an error, not a blank page."""
+    renders = []
+    real = pymupdf.Page.get_pixmap
+    monkeypatch.setattr(
+        pymupdf.Page, "get_pixmap", lambda self, *a, **k: renders.append(1) or real(self, *a, **k)
+    )
+    poster = tmp_path / "poster.pdf"
+    document = pymupdf.open()
+    document.new_page(width=14400, height=14400)  # 28800 x 28800 px at the default dpi
+    document.save(poster)
+    with pytest.raises(
+        ValueError, match=rf"poster\.pdf page 1 would be 28800x28800 = .* at {DEFAULT_DPI} dpi; choose"
+    ):
+        ocr_pipe(str(poster), generate_kwargs=GENERATE)
+    assert renders == []
+    damaged = tmp_path / "damaged.pdf"
+    damaged.write_bytes(damaged_pdf("content"))
+    with pytest.raises(ValueError, match=r"damaged\.pdf page 2 is damaged: MuPDF reports .*zlib error"):
+        ocr_pipe(str(damaged), page=2, generate_kwargs=GENERATE)
 
 
 def test_ocr_pipeline_on_a_batch_of_two(ocr_pipe, loaded):

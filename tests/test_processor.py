@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
@@ -18,9 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from tokenizers import decoders, pre_tokenizers
-from transformers import AutoProcessor, PretrainedConfig, PreTrainedTokenizerFast
+from transformers import AutoProcessor, PreTrainedTokenizerFast
 
 from jina_ocr.export.registry import ExportContext
+from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_MAX_PIXELS
 from jina_ocr.remote_code.processing_jina_ocr import (
     GroundedRegion,
     JinaOCRImageProcessor,
@@ -268,9 +271,7 @@ def test_real_checkpoint_folder_loads_with_a_working_tokenizer(
     through AutoProcessor with a byte-level tokenizer on every supported Transformers release."""
     from jina_ocr.export.parts.processor import write_processor
 
-    write_processor(
-        ExportContext(out_dir=tmp_path, config=PretrainedConfig(), tokenizer=real_shape_tokenizer)
-    )
+    write_processor(ExportContext(out_dir=tmp_path, config=JinaOCRConfig(), tokenizer=real_shape_tokenizer))
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(real_shape_folder / name, tmp_path / name)
     loaded = AutoProcessor.from_pretrained(tmp_path, trust_remote_code=True)
@@ -384,15 +385,15 @@ def png_header_only(path: Path, width: int, height: int) -> None:
 
 @pytest.mark.floor
 def test_empty_and_unreadable_images_are_refused(processor, tmp_path, fixtures_dir):
-    with pytest.raises(ValueError, match=r"empty \(0x0 pixels\)"):
+    with pytest.raises(ValueError, match=r"^the image has zero size \(0x0 px\)"):
         processor.prepare_ocr_inputs(Image.new("RGB", (0, 0)))
-    with pytest.raises(ValueError, match=r"empty \(100x0 pixels\)"):
+    with pytest.raises(ValueError, match=r"has zero size \(100x0 px\)"):
         processor.prepare_ocr_inputs(np.zeros((0, 100, 3), dtype=np.uint8))
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
-    with pytest.raises(ValueError, match="notes.txt is not an image Pillow can read"):
+    with pytest.raises(ValueError, match="notes.txt is not an image: not a PNG, JPEG"):
         processor.prepare_ocr_inputs(str(notes))
-    with pytest.raises(ValueError, match="render its pages"):
+    with pytest.raises(ValueError, match="is a PDF, not an image: render its pages first"):
         processor.prepare_ocr_inputs(fixtures_dir / "olmocr" / "earnings.pdf")
     with pytest.raises(ValueError, match="no such file"):
         processor.prepare_ocr_inputs(tmp_path / "missing.png")
@@ -400,6 +401,31 @@ def test_empty_and_unreadable_images_are_refused(processor, tmp_path, fixtures_d
         processor.prepare_ocr_inputs(3)
     with pytest.raises(ValueError, match="no images"):
         processor.prepare_ocr_inputs([])
+
+
+@pytest.mark.floor
+def test_urls_are_refused_and_never_fetched(processor):
+    for url in ("https://example.org/page.png", "http://127.0.0.1:9/page.png", "ftp://host/page.tif"):
+        with pytest.raises(
+            ValueError, match=r"is a URL; the page loader .* never fetches.*jina_ocr\.convert\(url\)"
+        ):
+            processor.prepare_ocr_inputs(url)
+
+
+@pytest.mark.floor
+def test_arrays_of_the_wrong_dtype_shape_or_range_are_refused(processor):
+    with pytest.raises(ValueError, match=r"has dtype int64; image arrays are uint8 \(0-255\), uint16"):
+        processor.prepare_ocr_inputs(np.full((20, 30, 3), 200))
+    with pytest.raises(
+        ValueError, match=r"floating-point samples from 0\.0 to 255\.0; they must lie in \[0, 1\]"
+    ):
+        processor.prepare_ocr_inputs(np.linspace(0, 255, 600).reshape(20, 30))
+    with pytest.raises(ValueError, match=r"holds NaN or infinite samples"):
+        processor.prepare_ocr_inputs(torch.full((3, 20, 30), float("nan")))
+    with pytest.raises(ValueError, match=r"the \(1, 20, 30, 3\) image array has the wrong shape"):
+        processor.prepare_ocr_inputs(np.zeros((1, 20, 30, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="has the wrong shape"):
+        processor.prepare_ocr_inputs(np.zeros((20, 30, 2), dtype=np.uint8))
 
 
 @pytest.mark.floor
@@ -419,21 +445,31 @@ def test_marker_count_must_match_the_images(processor):
         processor(images=image, text="<image>", truncation=True)
 
 
-def test_pixel_limit_guards_against_decompression_bombs(tiny_tokenizer, tmp_path):
+def test_pixel_limit_guards_against_decompression_bombs(tiny_tokenizer, tmp_path, monkeypatch):
     bomb = tmp_path / "bomb.png"
     png_header_only(bomb, 12_000, 12_000)  # 144 M pixels claimed, a few bytes stored
     default = JinaOCRProcessor(JinaOCRImageProcessor(), tiny_tokenizer)
-    with (
-        pytest.warns(Image.DecompressionBombWarning),
-        pytest.raises(ValueError, match="more than the limit of 80,000,000"),
-    ):
-        default.prepare_ocr_inputs(bomb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # our message, not Pillow's DecompressionBombWarning first
+        with pytest.raises(
+            ValueError,
+            match=rf"bomb\.png would be 12000x12000 = 144,000,000 pixels, over the limit of {DEFAULT_MAX_PIXELS:,}",
+        ):
+            default.prepare_ocr_inputs(bomb)
 
     strict = JinaOCRProcessor(JinaOCRImageProcessor(max_image_pixels=250_000), tiny_tokenizer)
-    with pytest.raises(ValueError, match=r"600x500 = 300,000 pixels, more than the limit of 250,000"):
+    with pytest.raises(ValueError, match=r"600x500 = 300,000 pixels, over the limit of 250,000"):
         strict.prepare_ocr_inputs(page(600, 500))
     assert strict.prepare_ocr_inputs(page(500, 500))["input_ids"].shape[0] == 1
     assert strict(images=page(600, 500), max_image_pixels=None)["image_grids"].tolist() == [[0, 0]]
+
+    # Our limit replaces Pillow's rather than adding to it: raised past Pillow's, a file still opens.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100_000)  # Pillow alone would refuse 300,000 pixels
+    scan = tmp_path / "scan.png"
+    page(600, 500).save(scan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert default.prepare_ocr_inputs(scan)["image_grids"].tolist() == [[0, 0]]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -444,7 +480,7 @@ def test_pixel_limit_guards_against_decompression_bombs(tiny_tokenizer, tmp_path
 def test_export_part_writes_a_loadable_processor(tiny_tokenizer, tmp_path):
     from jina_ocr.export.parts.processor import write_processor
 
-    config = PretrainedConfig()
+    config = JinaOCRConfig()
     write_processor(ExportContext(out_dir=tmp_path, config=config, tokenizer=None))
     assert list(tmp_path.iterdir()) == []
 
@@ -472,3 +508,18 @@ def test_export_part_writes_a_loadable_processor(tiny_tokenizer, tmp_path):
     ours = JinaOCRProcessor(JinaOCRImageProcessor(mode="large"), tiny_tokenizer, prompt_style="deepseek")
     a, b = loaded.prepare_ocr_inputs(page(1700, 2200)), ours.prepare_ocr_inputs(page(1700, 2200))
     assert all(torch.equal(a[key], b[key]) for key in b)
+
+
+def test_placeholder_counts_follow_the_models_pixels_per_visual_token(tiny_tokenizer, tmp_path):
+    from jina_ocr.export.parts.processor import write_processor
+
+    config = JinaOCRConfig(sam_patch_size=8)  # 8 px patches: one visual token per 32 x 32 view pixels
+    write_processor(ExportContext(out_dir=tmp_path, config=config, tokenizer=tiny_tokenizer))
+    loaded = AutoProcessor.from_pretrained(tmp_path, trust_remote_code=True)
+    assert loaded.image_processor.pixels_per_token == config.pixels_per_visual_token == 32
+    side = 1024 // 32  # Gundam's global view, no tiles for a page within one tile
+    assert loaded.image_processor.num_image_tokens(600, 400) == side * (side + 1) + 1
+    row = loaded(images=page(600, 400), text="<image>")["input_ids"][0].tolist()
+    assert row.count(loaded.image_token_id) == side * (side + 1) + 1
+    with pytest.raises(ValueError, match="pixels_per_token=48 does not divide the view sizes"):
+        JinaOCRImageProcessor(pixels_per_token=48)

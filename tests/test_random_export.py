@@ -53,7 +53,7 @@ def test_export_from_follows_the_head_by_default(tmp_path, fixtures_dir):
 
 
 def test_tiny_positions_hold_the_longest_prompt_and_the_default_budget(tiny_export):
-    """A 1 x 9 Gundam grid gives the most placeholders (1263); with the default request text and 4096 new
+    """A 1 x 9 Gundam grid gives the most placeholders (1263); with the default request text and DEFAULT_MAX_NEW_TOKENS new
     tokens the sequence must stay inside max_position_embeddings."""
     processor = JinaOCRProcessor.from_pretrained(tiny_export, trust_remote_code=True)
     inputs = processor.prepare_ocr_inputs(Image.new("RGB", (300, 2700), "white"))

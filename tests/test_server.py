@@ -200,6 +200,7 @@ def test_remote_image_urls_are_refused_and_never_fetched(server, client):
     try:
         with pytest.raises(openai.BadRequestError, match="never fetches remote URLs"):
             client.chat.completions.create(model="m", messages=image_message(url))
+        assert httpx.get(f"{server}/{url}").status_code == 404  # GET /{url} is there only with --allow-urls
         with pytest.raises(TimeoutError):
             listener.accept()  # nobody ever connected
     finally:
@@ -241,6 +242,28 @@ def test_bad_uploads_are_4xx_with_a_message(server, fixtures_dir):
     assert_refused(upload(locked), 400, "a password is needed")
     assert_refused(upload(locked, password="nope"), 400, "password is wrong")
     assert_refused(httpx.post(f"{server}/v1/documents", data={"pages": "1"}), 400, "file")
+
+
+def test_a_page_over_the_pixel_limit_is_413_on_uploads_as_on_chat(server):
+    """Refused from the page sizes before any page is rendered, as chat refuses it (at the server's
+    36 dpi a 4010 pt page is 2005 x 2005 pixels, over the test limit of 4 M); other pages still work."""
+    poster = pymupdf.open()
+    poster.new_page(width=300, height=400)
+    poster.new_page(width=4010, height=4010)
+    reply = httpx.post(f"{server}/v1/documents", files={"file": ("poster.pdf", poster.tobytes())}, timeout=60)
+    assert_refused(
+        reply, 413, "poster.pdf, page 2: page would be 2005x2005 = 4,020,025 pixels, over the limit"
+    )
+    reply = httpx.post(
+        f"{server}/v1/documents",
+        files={"file": ("poster.pdf", poster.tobytes())},
+        data={"pages": "1"},
+        timeout=60,
+    )
+    assert reply.status_code == 200 and reply.json()["pages"][0]["error"] is None, reply.text
+    huge = png_header_only(3000, 3000)
+    reply = httpx.post(f"{server}/v1/documents", files={"file": ("huge.png", huge)}, timeout=60)
+    assert_refused(reply, 413, "huge.png, page 1: image would be 3000x3000 = 9,000,000 pixels")
 
 
 def test_eight_concurrent_requests_are_batched_and_each_answered_correctly(server, client, converter, scans):

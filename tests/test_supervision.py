@@ -35,7 +35,7 @@ def test_probes_see_the_weights_eager_attention_uses(eager_model, monkeypatch):
     eager = modeling.eager_attention_forward
     monkeypatch.setattr(modeling, "eager_attention_forward", recording)
     config = eager_model.config
-    side = config.sam_image_size // 64
+    side = config.sam_image_size // config.pixels_per_visual_token
     visual = side * (side + 1) + 1
     ids = torch.cat(
         [

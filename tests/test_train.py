@@ -20,7 +20,7 @@ from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.model_files import load_model_files, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
-from jina_ocr.train.sft import SFTOptions, starting_model
+from jina_ocr.train.sft import SFTOptions, _Trainer, starting_model
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import VISION_MODULES
 
@@ -69,7 +69,16 @@ def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "jina_ocr_model.json"} <= files
     settings = json.loads((out / "model" / "jina_ocr_model.json").read_text())
-    assert settings["progress"] == checkpoint["progress"] == {"step": 3, "next_index": 7, "stage": "rows"}
+    assert (
+        settings["progress"]
+        == checkpoint["progress"]
+        == {
+            "step": 3,
+            "next_index": 7,
+            "stage": "rows",
+            "towers_ready": False,
+        }
+    )
     assert json.loads((out / "options.json").read_text())["recipe"]["dense_fraction"] == 0.5
 
 
@@ -199,6 +208,40 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     assert not all(torch.equal(after_warm_up[k], init[k]) for k in decoder)
     trained = load_file(str(out / "model" / "model.safetensors"))
     assert not all(torch.equal(trained[k], after_warm_up[k]) for k in vision)
+
+
+def test_the_towers_first_phase_trains_the_towers_alone_until_their_glyph_accuracy(tmp_path, monkeypatch):
+    """With --towers-first the decoder stays exactly at init while the towers move, the log holds only
+    the glyph loss, and evaluations measure the towers; reaching the accuracy ends the phase, which the
+    checkpoint records, and the next steps train the whole model."""
+    out = tmp_path / "towers"
+    args = ["train", "sft", str(out), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "2"]
+    args += ["--log-every", "1", "--max-target-tokens", "24", "--warmup", "1", "--threads", "2"]
+    args += ["--workers", "0", "--dense-fraction", "0", "--towers-first", "1.01"]
+    assert main([*args, "--steps", "2"]) == 0
+    init = starting_model(SFTOptions(out=tmp_path))[0].state_dict()
+    trained = load_file(str(out / "model" / "model.safetensors"))
+    vision = [k for k in trained if k.split(".")[1] in VISION_MODULES]
+    rest = [k for k in trained if k.split(".")[1] not in VISION_MODULES]
+    assert vision and rest
+    assert all(torch.equal(trained[k], init[k]) for k in rest)
+    assert not all(torch.equal(trained[k], init[k]) for k in vision)
+    log = _log(out)
+    steps = [r for r in log if "glyph_loss" in r and "phase" not in r]
+    assert [r["step"] for r in steps] == [1, 2] and not any("loss" in r for r in steps)
+    assert [(r["step"], r["phase"]) for r in log if "phase" in r] == [(2, "towers")]
+    assert 0 <= log[-1]["line_glyph_acc"] <= 1 and "line_cer" not in log[-1]
+
+    # An accuracy at the threshold ends the phase at the next evaluation; the decoder trains after it.
+    monkeypatch.setattr(_Trainer, "measure_glyphs", lambda self, stage: {"glyph_acc": 1.01})
+    assert main([*args, "--steps", "6"]) == 0
+    log = _log(out)
+    assert [r["step"] for r in log if r.get("towers_ready")] == [4]
+    assert [r["step"] for r in log if "loss" in r] == [5, 6]
+    progress = torch.load(out / "checkpoint.pt", weights_only=False)["progress"]
+    assert progress["towers_ready"] and progress["step"] == 6
+    again = load_file(str(out / "model" / "model.safetensors"))
+    assert not all(torch.equal(again[k], trained[k]) for k in rest)
 
 
 def test_sigterm_stops_a_run_after_its_step_with_a_checkpoint(tmp_path):

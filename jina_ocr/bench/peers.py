@@ -55,14 +55,14 @@ def page_dpi(width_pt: float, height_pt: float) -> float:
 def render_page(pdf: Path, page: int):
     """One PDF page (1-based) as an RGB PIL image, at :func:`page_dpi`."""
     import pymupdf
-    from PIL import Image
+
+    from jina_ocr.remote_code.pages_jina_ocr import render_pdf_page
 
     with pymupdf.open(pdf) as doc:
         if not 1 <= page <= doc.page_count:
             raise ValueError(f"{pdf}: page {page} does not exist (the PDF has {doc.page_count})")
         rect = doc[page - 1].rect
-        pix = doc[page - 1].get_pixmap(dpi=round(page_dpi(rect.width, rect.height)), alpha=False)
-        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+        return render_pdf_page(doc[page - 1], round(page_dpi(rect.width, rect.height)), max_pixels=None)
 
 
 def check_pages(tests: list[dict], pdf_root: Path) -> None:

@@ -107,7 +107,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError("--timeout must be positive and --cooldown 0 or more")
 
 
-def prepare(args: argparse.Namespace, jobs: list, suffix: str):
+def prepare(args: argparse.Namespace, jobs: list):
     """The endpoint converter with ``jobs`` scheduled, and the jobs left to do (all, unless resuming)."""
     converter = endpoints.EndpointConverter(
         args.endpoint,
@@ -124,9 +124,9 @@ def prepare(args: argparse.Namespace, jobs: list, suffix: str):
         if args.output is not None:
             options = _resume.text_options(args, converter.served_model)
             if args.resume:
-                jobs = _resume.remaining(args.output, options, jobs, suffix)
+                jobs = _resume.remaining(args.output, options, jobs)
             _resume.write_record(args.output, options)
-        converter.schedule(jobs, args.password)
+        converter.schedule([(job.source, job.numbers) for job in jobs], args.password)
     except BaseException:
         converter.close()
         raise

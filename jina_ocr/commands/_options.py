@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from jina_ocr.documents import DEFAULT_DPI
+from jina_ocr.errors import UserError
+from jina_ocr.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,3 +32,35 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"
     )
+
+
+def add_fetch_arguments(parser: argparse.ArgumentParser, *, max_fetch_mb: bool) -> None:
+    """How documents named by URL are fetched (see :mod:`jina_ocr.fetch`); ``max_fetch_mb`` adds the
+    size option, which the server does without (its request body limit applies)."""
+    group = parser.add_argument_group("documents by URL")
+    group.add_argument(
+        "--allow-private-urls",
+        action="store_true",
+        help="also fetch from loopback, private, link-local and metadata addresses (refused by default)",
+    )
+    group.add_argument(
+        "--fetch-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="longest wait for a connection, and for each next piece of an answer (default: %(default)s)",
+    )
+    if max_fetch_mb:
+        group.add_argument(
+            "--max-fetch-mb",
+            type=float,
+            default=DEFAULT_MAX_BYTES / 2**20,
+            help="largest document fetched from a URL (default: %(default)s)",
+        )
+
+
+def fetch_policy(args: argparse.Namespace, max_bytes: int) -> FetchPolicy:
+    """The :class:`FetchPolicy` of the options of :func:`add_fetch_arguments`."""
+    if not args.fetch_timeout > 0:
+        raise UserError("--fetch-timeout must be positive")
+    return FetchPolicy(max_bytes=max_bytes, timeout=args.fetch_timeout, allow_private=args.allow_private_urls)

@@ -49,11 +49,12 @@ def write_record(folder: Path, options: dict) -> None:
     write_atomic(folder / RECORD, json.dumps(options, indent=2) + "\n")
 
 
-def remaining(folder: Path, options: dict, jobs: list[tuple[Path, list[int]]], suffix: str) -> list:
-    """The jobs whose documents are not done in ``folder``; refuses a record with other options."""
+def remaining(folder: Path, options: dict, jobs: list) -> list:
+    """The jobs (:class:`jina_ocr.commands.convert.Job`) whose documents are not done in ``folder``;
+    refuses a record with other options."""
     from jina_ocr.commands.convert import _report
 
-    outputs = [folder / (path.stem + suffix) for path, _ in jobs]
+    outputs = [folder / job.output for job in jobs]
     record_path = folder / RECORD
     if not record_path.is_file():
         if any(output.exists() for output in outputs):
@@ -70,7 +71,7 @@ def remaining(folder: Path, options: dict, jobs: list[tuple[Path, list[int]]], s
     ]
     if changed:
         raise UserError(f"--resume: {folder} was converted with other options: {'; '.join(changed)}")
-    left = [job for job, output in zip(jobs, outputs, strict=True) if not _done(output, job[1])]
+    left = [job for job, output in zip(jobs, outputs, strict=True) if not _done(output, job.numbers)]
     if len(left) < len(jobs):
         _report(f"resuming: {len(jobs) - len(left)} of {len(jobs)} documents already converted")
     return left

@@ -1,8 +1,10 @@
 """``jina-ocr convert``: PDFs and images to Markdown or per-page JSON.
 
-Each input becomes ``<stem>.md`` or ``<stem>.json`` in the output folder. Without ``-o``, Markdown
-goes to stdout as pages finish (each document preceded by ``<!-- document: PATH -->`` when there are
-several) and JSON goes to stdout as one line per document (JSON Lines). In Markdown every page
+Each input becomes ``<stem>.md`` or ``<stem>.json`` in the output folder; an input may be an http(s)
+URL, fetched within limits (:mod:`jina_ocr.fetch`), whose stem is the last segment of its path.
+Inputs that would share a name are numbered (``report.md``, ``report-2.md``). Without ``-o``,
+Markdown goes to stdout as pages finish (each document preceded by ``<!-- document: PATH -->`` when
+there are several) and JSON goes to stdout as one line per document (JSON Lines). In Markdown every page
 starts with the line ``<!-- page N -->``; a page that failed is replaced by
 ``<!-- page N: not converted: REASON -->``. Outputs are written to a temporary file and renamed, so an
 interrupted run leaves finished files and no half-written ones. The exit status is 0 when every page
@@ -20,11 +22,19 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from jina_ocr.commands import _endpoint
-from jina_ocr.commands._options import add_runtime_arguments
-from jina_ocr.conversion import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, PAGE_MARKER, Converter, PageResult
+from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
+from jina_ocr.conversion import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_NEW_TOKENS,
+    Converter,
+    document_markdown,
+    document_record,
+    html_comment,
+)
 from jina_ocr.documents import (
     DEFAULT_MAX_PIXELS,
     DocumentError,
@@ -34,6 +44,7 @@ from jina_ocr.documents import (
     open_document,
 )
 from jina_ocr.errors import UserError
+from jina_ocr.fetch import FetchError, fetch, looks_like_url, url_stem
 
 NAME = "convert"
 HELP = "Convert PDFs and images to Markdown (or per-page JSON)."
@@ -41,14 +52,18 @@ HELP = "Convert PDFs and images to Markdown (or per-page JSON)."
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="PDF or image files, or folders (their documents, sorted)"
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="PDF or image files, folders (their documents, sorted), or http(s) URLs of documents",
     )
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
         metavar="OUT_DIR",
-        help="folder for <stem>.md / <stem>.json (default: stdout)",
+        help="folder for <stem>.md / <stem>.json, numbered <stem>-2.md... where names collide "
+        "(default: stdout)",
     )
     parser.add_argument("--pages", help="pages to convert, counted from 1, e.g. 1-3,7,10- (default: all)")
     parser.add_argument("--password", help="password of encrypted PDFs")
@@ -76,58 +91,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
     )
     add_runtime_arguments(parser)
+    add_fetch_arguments(parser, max_fetch_mb=True)
     _endpoint.add_arguments(parser)
 
 
-def _expand(inputs: list[str]) -> list[Path]:
-    """Files as given, folders replaced by their documents; a folder without any is a usage error."""
-    paths = []
+@dataclass
+class Job:
+    """One document to convert: its bytes' origin, its name, its output file name and its pages."""
+
+    source: Path | bytes
+    """The file, or the bytes fetched from a URL."""
+    label: str
+    """How messages and outputs name the document: the path or the URL as given."""
+    output: str
+    """File name in ``-o``, such as ``report.md``."""
+    numbers: list[int]
+
+
+def _expand(inputs: list[str]) -> list[Path | str]:
+    """Files and URLs as given, folders replaced by their documents; a folder without any is a usage
+    error. A URL is an input that starts with ``scheme://``; the fetch refuses all but http(s)."""
+    items: list[Path | str] = []
     for item in inputs:
+        if looks_like_url(item):
+            items.append(item)
+            continue
         path = Path(item)
         if path.is_dir():
             found = find_documents(path)
             if not found:
                 raise UserError(f"{path}: folder contains no PDF or image files")
-            paths.extend(found)
+            items.extend(found)
         else:
-            paths.append(path)
-    return paths
+            items.append(path)
+    return items
 
 
-def _check_output_names(paths: list[Path], suffix: str) -> None:
-    owners: dict[str, Path] = {}
-    for path in paths:
-        name = path.stem + suffix
-        if name in owners and owners[name] != path:
-            raise UserError(f"{owners[name]} and {path} would both be written to {name}")
-        owners[name] = path
+def output_names(items: list[Path | str], suffix: str) -> list[str]:
+    """The output file name of each input: ``<stem><suffix>``, a URL's stem taken from the last
+    segment of its path (see :func:`jina_ocr.fetch.url_stem`). Where different inputs would share a
+    name (compared without case, as some file systems do), the first keeps it and the others are
+    numbered ``<stem>-2``, ``<stem>-3``... in input order, skipping names another input has."""
+    stems = [url_stem(item) if isinstance(item, str) else item.stem for item in items]
+    owners: dict[str, str] = {}
+    names: list[str | None] = []
+    for item, stem in zip(items, stems, strict=True):
+        claimed = owners.setdefault((stem + suffix).casefold(), str(item))
+        names.append(stem + suffix if claimed == str(item) else None)
+    for index, (item, stem) in enumerate(zip(items, stems, strict=True)):
+        number = 2
+        while names[index] is None:
+            name = f"{stem}-{number}{suffix}"
+            if owners.setdefault(name.casefold(), str(item)) == str(item):
+                names[index] = name
+            number += 1
+    return names
 
 
 def _report(message: str) -> None:
     from tqdm import tqdm
 
     tqdm.write(f"jina-ocr convert: {message}", file=sys.stderr)
-
-
-def _comment(text: str) -> str:
-    """An HTML comment holding ``text``; a "--" inside would end the comment early."""
-    return f"<!-- {text.replace('--', '- -')} -->"
-
-
-def _markdown(results: list[PageResult]) -> str:
-    parts = []
-    for result in results:
-        if result.ok:
-            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n\n{result.markdown.strip()}\n")
-        else:
-            parts.append(_comment(f"page {result.page}: not converted: {result.error}") + "\n")
-    return "\n".join(parts)
-
-
-def _json(source: str, results: list[PageResult]) -> str:
-    return json.dumps(
-        {"source": source, "pages": [r.to_dict() for r in results]}, ensure_ascii=False, indent=2
-    )
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -170,27 +194,31 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         _check_output_folder(args.output)
     resolve_device(args.device)  # a device this machine lacks is a usage error, before any work
-    paths = _expand(args.inputs)
-    if args.output is not None:
-        _check_output_names(paths, suffix)
+    items = _expand(args.inputs)
     for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.max_fetch_mb > 0:
+        raise UserError("--max-fetch-mb must be positive")
 
-    # Open every input once up front: bad files and page ranges are reported before the model loads,
-    # and the progress bar knows the total.
+    # Open every input once up front (fetching URLs): bad files, refused URLs and page ranges are
+    # reported before the model loads, and the progress bar knows the total. Fetched documents stay
+    # in memory until they are converted.
+    policy = fetch_policy(args, max_bytes=int(args.max_fetch_mb * 1024 * 1024))
     failed = False
-    jobs: list[tuple[Path, list[int]]] = []
-    for path in paths:
+    jobs: list[Job] = []
+    for item, output in zip(items, output_names(items, suffix), strict=True):
+        label = str(item)
         try:
+            source = fetch(item, policy) if isinstance(item, str) else item
             with open_document(
-                path, password=args.password, dpi=args.dpi, max_pixels=args.max_pixels
+                source, name=label, password=args.password, dpi=args.dpi, max_pixels=args.max_pixels
             ) as document:
-                jobs.append((path, document.select(selection)))
+                jobs.append(Job(source, label, output, document.select(selection)))
         except PasswordError as error:
             _report(f"error: {error}" + ("" if args.password else "; pass it with --password"))
             failed = True
-        except DocumentError as error:
+        except (DocumentError, FetchError) as error:
             _report(f"error: {error}")
             failed = True
     if not jobs:
@@ -198,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 
     converter = None  # a local model is loaded only without --endpoint
     if args.endpoint:
-        converter, jobs = _endpoint.prepare(args, jobs, suffix)
+        converter, jobs = _endpoint.prepare(args, jobs)
     try:
         converter = converter or Converter.from_pretrained(
             args.model,
@@ -255,46 +283,45 @@ class _TokenMeter:
         return f"{self.tokens:,} tokens, {self.tokens / elapsed if elapsed else 0.0:.1f} tok/s"
 
 
-def _convert_all(converter: Converter, jobs: list[tuple[Path, list[int]]], args, suffix: str) -> bool:
+def _convert_all(converter: Converter, jobs: list[Job], args, suffix: str) -> bool:
     """Convert every job, writing each output as soon as its document is done; True if anything failed."""
     from tqdm import tqdm
 
     failed = False
     to_stdout = args.output is None
-    with tqdm(total=sum(len(numbers) for _, numbers in jobs), unit="page", file=sys.stderr) as bar:
+    with tqdm(total=sum(len(job.numbers) for job in jobs), unit="page", file=sys.stderr) as bar:
         meter = _TokenMeter(bar)
         live = isinstance(converter, Converter)
         if live:
             converter = converter.with_options(progress=meter.add)
-        for path, numbers in jobs:
+        for job in jobs:
             if to_stdout and args.format == "md" and len(jobs) > 1:
-                sys.stdout.write(_comment(f"document: {path}") + "\n\n")
+                sys.stdout.write(html_comment(f"document: {job.label}") + "\n\n")
             results = []
             try:
-                stream = converter.convert(path, numbers, password=args.password)
+                stream = converter.convert(job.source, job.numbers, password=args.password, name=job.label)
             except DocumentError as error:  # changed since it was first opened
                 _report(f"error: {error}")
                 failed = True
-                bar.update(len(numbers))
+                bar.update(len(job.numbers))
                 continue
             for result in stream:
                 results.append(result)
                 if not result.ok:
                     failed = True
-                    _report(f"error: {path}, page {result.page}: {result.error}")
+                    _report(f"error: {job.label}, page {result.page}: {result.error}")
                 elif not live:
                     meter.tokens += result.tokens
                 bar.set_postfix_str(meter.text(), refresh=False)
                 bar.update(1)
                 if to_stdout and args.format == "md":
-                    sys.stdout.write(_markdown([result]) + "\n")
+                    sys.stdout.write(document_markdown([result]) + "\n")
                     sys.stdout.flush()
             if to_stdout and args.format == "json":
-                sys.stdout.write(
-                    json.dumps({"source": str(path), "pages": [r.to_dict() for r in results]}) + "\n"
-                )
+                sys.stdout.write(json.dumps(document_record(job.label, results)) + "\n")
                 sys.stdout.flush()
             elif not to_stdout:
-                text = _markdown(results) if args.format == "md" else _json(str(path), results) + "\n"
-                write_atomic(args.output / (path.stem + suffix), text)
+                record = json.dumps(document_record(job.label, results), ensure_ascii=False, indent=2)
+                text = document_markdown(results) if args.format == "md" else record + "\n"
+                write_atomic(args.output / job.output, text)
     return failed

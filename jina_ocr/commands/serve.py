@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jina_ocr.commands._options import add_runtime_arguments
+from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
 from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 
 NAME = "serve"
 HELP = "Serve a model over HTTP: OpenAI-compatible chat completions and PDF uploads."
@@ -39,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap on tokens per page; requests may ask for fewer (default: %(default)s)",
     )
     parser.add_argument(
-        "--max-request-mb", type=float, default=32.0, help="largest request body (default: %(default)s)"
+        "--max-request-mb",
+        type=float,
+        default=32.0,
+        help="largest request body, and with --allow-urls the most a request's documents add up to, "
+        "uploaded or fetched (default: %(default)s)",
     )
     parser.add_argument(
         "--max-pages", type=int, default=64, help="most pages per request (default: %(default)s)"
@@ -47,10 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pixels",
         type=int,
-        default=40_000_000,
-        help="largest page bitmap in pixels (default: %(default)s)",
+        default=SERVER_MAX_PIXELS,
+        help="largest page bitmap in pixels, stricter than convert's (default: %(default)s)",
     )
     add_runtime_arguments(parser)
+    parser.add_argument(
+        "--allow-urls",
+        action="store_true",
+        help="fetch documents by URL: GET /{url} and http(s) image URLs in chat requests (off by default)",
+    )
+    add_fetch_arguments(parser, max_fetch_mb=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +78,14 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be positive")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, not {args.port}")
+    if args.allow_private_urls and not args.allow_urls:
+        raise UserError("--allow-private-urls needs --allow-urls")
+    limits = Limits(
+        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        max_pages=args.max_pages,
+        max_pixels=args.max_pixels,
+    )
+    fetching = fetch_policy(args, limits.max_request_bytes) if args.allow_urls else None
     folder = resolve_model(args.model)
     converter = Converter.from_pretrained(
         folder,
@@ -78,10 +97,5 @@ def run(args: argparse.Namespace) -> int:
         dpi=args.dpi,
         mode=args.mode,
     )
-    limits = Limits(
-        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
-        max_pages=args.max_pages,
-        max_pixels=args.max_pixels,
-    )
-    serve(converter, Path(folder).name, args.host, args.port, limits, args.batch_wait_ms / 1000)
+    serve(converter, Path(folder).name, args.host, args.port, limits, args.batch_wait_ms / 1000, fetching)
     return 0

@@ -77,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decoder layers whose first head the alignment loss supervises (1 2)",
     )
     sft.add_argument(
+        "--towers-first",
+        type=float,
+        default=0.0,
+        metavar="ACC",
+        help="train the vision towers alone on the glyph loss until their held-out glyph accuracy "
+        "reaches ACC, then the whole model (0: whole model from the first step)",
+    )
+    sft.add_argument(
         "--tokenizer-pages", type=int, default=300, help="pages BPE merges are learnt from (300)"
     )
     sft.add_argument(

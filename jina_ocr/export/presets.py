@@ -38,7 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_shared_experts": 2,
         "num_experts_per_tok": 2,
         # The longest prompt (1263 placeholders of a 1x9 Gundam grid plus the byte-level request text)
-        # and the default max_new_tokens (4096) must fit, or generate warns that the limit is exceeded.
+        # and the default max_new_tokens (DEFAULT_MAX_NEW_TOKENS) must fit, or generate warns that the limit is exceeded.
         "max_position_embeddings": 8192,
     },
     "full": {},

@@ -19,6 +19,7 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
+from jina_ocr.remote_code.pages_jina_ocr import render_pdf_page
 from jina_ocr.synth import checks, fonts, text
 from jina_ocr.synth.blocks import Block, Content, stream
 from jina_ocr.synth.compose import Composer, Style, placeholder_order
@@ -237,10 +238,9 @@ def _fit(composer: Composer, style: Style, candidates: list[Block]):
 
 
 def render(pdf_bytes: bytes, dpi: int) -> Image.Image:
-    """Rasterise page 1 of a PDF to an RGB image."""
+    """Rasterise page 1 of a PDF to an RGB image, by the page loader's rules (as convert renders)."""
     with pymupdf.open("pdf", pdf_bytes) as doc:
-        pix = doc[0].get_pixmap(dpi=dpi, alpha=False)
-        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+        return render_pdf_page(doc[0], dpi)
 
 
 def page_seed(seed: int, index: int) -> int:

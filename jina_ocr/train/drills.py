@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pymupdf
 from PIL import Image
 
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.synth.page import render
 from jina_ocr.synth.text import ADJECTIVES, NOUNS, VERBS
 from jina_ocr.train.held_out_words import HELD_OUT_WORDS
@@ -112,7 +113,7 @@ def drill_page(
     seed: int | str,
     row_height: float,
     *,
-    dpi: int = 144,
+    dpi: int = DEFAULT_DPI,
     fonts: tuple[str, ...] = BODY_FONTS,
     held_out: bool = False,
     lines: int | None = None,
@@ -172,7 +173,7 @@ def drill_page(
     return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown), stage, font, lines)
 
 
-def printed_page(seed: int = 0, dpi: int = 144) -> DrillPage:
+def printed_page(seed: int = 0, dpi: int = DEFAULT_DPI) -> DrillPage:
     """The fixed test page: A5, a 28 pt Helvetica Bold heading and two lines of 20 pt Helvetica at 28 pt
     leading, in held-out words drawn with ``seed``; every line fits inside 42 pt margins."""
     rng = random.Random(f"jina-ocr-train/printed/{seed}")

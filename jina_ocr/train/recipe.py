@@ -3,7 +3,7 @@
 The model is meant to read plain printed pages after a few CPU-days of training, so the recipe trades
 breadth for learnability (the measurements behind each choice are in the README's training section):
 
-- Pages are A5 portrait, rendered at 144 dpi like the PDF pages of ``jina-ocr convert``, and read in the
+- Pages are A5 portrait, rendered at the dpi of ``jina-ocr convert``'s PDF pages, and read in the
   processor's ``base`` mode: one 1024 px view (16 x 16 visual tokens, 273 placeholders). A token then
   covers 37 x 37 pt of an A5 page, about three glyphs of 20 pt type: ``small`` mode's 42 x 60 pt cells
   hold seven, which the towers learnt several times more slowly.
@@ -26,6 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, global_view_placement
 from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.page import PageTooSmallError
@@ -76,7 +77,7 @@ class PageRecipe:
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
     dense_fraction: float = 0.15
-    dpi: int = 144
+    dpi: int = DEFAULT_DPI
     drill_fonts: tuple[str, ...] = BODY_FONTS
     advance_cer: tuple[float, ...] = (0.25, 0.15)
     mode: str = PROCESSOR_MODE

@@ -80,6 +80,7 @@ class SFTOptions:
     glyph_weight: float = 1.0
     align_weight: float = 1.0
     align_layers: tuple[int, ...] = (1, 2)
+    towers_first: float = 0.0
     vision_warmup_steps: int = 0
     vision_lr_scale: float = 1.0
     freeze_vision: bool = False
@@ -93,18 +94,31 @@ class SFTOptions:
 
 @dataclass
 class Progress:
-    """Where a run stands: optimizer steps taken, the next training page index, the curriculum stage."""
+    """Where a run stands: optimizer steps taken, the next training page index, the curriculum stage, and
+    whether the towers-first phase (``towers_first``) is over. Files that predate the phase record no
+    ``towers_ready``: a run resumed from them goes through it when ``towers_first`` asks for it."""
 
     step: int = 0
     next_index: int = 1
     stage: int = 0
+    towers_ready: bool = False
 
     def record(self) -> dict:
-        return {"step": self.step, "next_index": self.next_index, "stage": STAGES[self.stage]}
+        return {
+            "step": self.step,
+            "next_index": self.next_index,
+            "stage": STAGES[self.stage],
+            "towers_ready": self.towers_ready,
+        }
 
     @classmethod
     def from_record(cls, record: dict) -> Progress:
-        return cls(record["step"], record["next_index"], STAGES.index(record["stage"]))
+        return cls(
+            record["step"],
+            record["next_index"],
+            STAGES.index(record["stage"]),
+            record.get("towers_ready", False),
+        )
 
 
 def learning_rate_factor(step: int, options: SFTOptions) -> float:
@@ -201,11 +215,21 @@ def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
     return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
 
 
-def supervised_losses(model, glyph_head, probes, batch: dict, options: SFTOptions, autocast):
+def supervised_losses(
+    model, glyph_head, probes, batch: dict, options: SFTOptions, autocast, towers_only: bool = False
+):
     """The weighted loss of a batch on the model's device, and its parts: the next-token loss plus the
-    glyph and alignment losses of :mod:`jina_ocr.train.supervision`, read through ``probes``."""
+    glyph and alignment losses of :mod:`jina_ocr.train.supervision`, read through ``probes``.
+
+    ``towers_only`` (the towers-first phase) runs the vision towers alone and returns the glyph loss.
+    """
     token_cells = batch.pop("token_cells")
     cell_glyphs = batch.pop("cell_glyphs")
+    if towers_only:
+        with autocast:
+            visual_tokens = model.model.encode_views(batch["pixel_values"])
+        glyph, glyph_stats = glyph_loss(glyph_head(visual_tokens), cell_glyphs, glyph_head.empty)
+        return glyph, {"glyph": glyph.item(), **glyph_stats}
     probes.clear()
     with autocast:
         lm = model(**batch).loss
@@ -217,12 +241,24 @@ def supervised_losses(model, glyph_head, probes, batch: dict, options: SFTOption
 
 
 def train_step(
-    model, glyph_head, probes, batch: dict, optimizer, lr_factor: float, options, autocast
+    model,
+    glyph_head,
+    probes,
+    batch: dict,
+    optimizer,
+    lr_factor: float,
+    options,
+    autocast,
+    towers_only: bool = False,
 ) -> dict:
-    """One update at ``lr_factor`` of each group's peak rate; returns the batch's loss parts before it."""
+    """One update at ``lr_factor`` of each group's peak rate; returns the batch's loss parts before it.
+
+    With ``towers_only`` only the towers and the glyph head get gradients; AdamW leaves the decoder as it
+    is (a parameter without a gradient is skipped, weight decay included).
+    """
     for group in optimizer.param_groups:
         group["lr"] = group["peak_lr"] * lr_factor
-    loss, parts = supervised_losses(model, glyph_head, probes, batch, options, autocast)
+    loss, parts = supervised_losses(model, glyph_head, probes, batch, options, autocast, towers_only)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([*model.parameters(), *glyph_head.parameters()], options.grad_clip)
     optimizer.step()
@@ -299,9 +335,17 @@ class _Trainer:
 
     # -- the pieces of a step -----------------------------------------------------------------------
 
-    def losses(self, batch: dict) -> tuple[torch.Tensor, dict]:
+    @property
+    def towers_phase(self) -> bool:
+        """Whether the run is in its towers-first phase: the towers learn glyphs alone until their
+        held-out glyph accuracy reaches ``towers_first``."""
+        return self.options.towers_first > 0 and not self.progress.towers_ready
+
+    def losses(self, batch: dict, towers_only: bool = False) -> tuple[torch.Tensor, dict]:
         """The weighted loss of a batch (already on the device) and its parts."""
-        return supervised_losses(self.model, self.glyph_head, self.probes, batch, self.options, self.autocast)
+        return supervised_losses(
+            self.model, self.glyph_head, self.probes, batch, self.options, self.autocast, towers_only
+        )
 
     def learning_rate_factor(self) -> float:
         """The schedule's factor at this step; a run resumed from model files ramps up again."""
@@ -369,8 +413,35 @@ class _Trainer:
             "sample": predictions[0][:160],
         }
 
+    @torch.no_grad()
+    def measure_glyphs(self, stage: int) -> dict:
+        """The towers' glyph accuracy and loss on the held-out pages of ``stage``."""
+        _, cpu_batch = self.held_out_set(stage)
+        self.model.eval()
+        batch = {key: value.to(self.device) for key, value in cpu_batch.items()}
+        loss, parts = self.losses(batch, towers_only=True)
+        self.model.train()
+        return {
+            "glyph_acc": round(parts["glyph_correct"] / max(1, parts["glyph_slots"]), 4),
+            "glyph_loss": round(loss.item(), 4),
+        }
+
+    def evaluate_towers(self) -> None:
+        """Log the towers' held-out glyph accuracy; end the towers-first phase when it is reached."""
+        stage = STAGES[self.progress.stage]
+        record = {"step": self.progress.step, "stage": stage, "phase": "towers"}
+        record.update({f"{stage}_{k}": v for k, v in self.measure_glyphs(self.progress.stage).items()})
+        _log(self.out, record)
+        if record[f"{stage}_glyph_acc"] >= self.options.towers_first:
+            self.progress.towers_ready = True
+            _log(self.out, {"step": self.progress.step, "towers_ready": True})
+            self.save_checkpoint()
+
     def evaluate(self) -> bool:
         """Log the held-out metrics; advance the curriculum (and return True) when the stage is passed."""
+        if self.towers_phase:
+            self.evaluate_towers()
+            return False
         started = time.perf_counter()
         stage = self.progress.stage
         record = {"step": self.progress.step, "stage": STAGES[stage]}
@@ -432,6 +503,7 @@ class _Trainer:
                     factor,
                     options,
                     self.autocast,
+                    towers_only=self.towers_phase,
                 )
                 lr = options.lr * factor
                 progress.step += 1
@@ -473,19 +545,20 @@ class _Trainer:
         return stop_signal.received
 
     def _interval_record(self, interval: list[dict], lr: float, pages_per_s: float, started: float) -> dict:
-        def mean(key: str) -> float:
-            return round(sum(p[key] for p in interval) / len(interval), 4)
+        """The interval's mean losses; steps of the towers-first phase have only the glyph loss."""
+
+        def mean(values: list[float]) -> float:
+            return round(sum(values) / len(values), 4)
 
         slots = sum(p["glyph_slots"] for p in interval)
+        names = {"lm": "loss", "glyph": "glyph_loss", "align": "align_loss", "align_mass": "align_mass"}
+        values = {name: [p[key] for p in interval if key in p] for key, name in names.items()}
         return {
             "step": self.progress.step,
             "pages": self.progress.next_index - 1,
             "stage": STAGES[self.progress.stage],
-            "loss": mean("lm"),
-            "glyph_loss": mean("glyph"),
-            "align_loss": mean("align"),
+            **{name: mean(kept) for name, kept in values.items() if kept},
             "glyph_acc": round(sum(p["glyph_correct"] for p in interval) / max(1, slots), 4),
-            "align_mass": mean("align_mass"),
             "lr": lr,
             "pages_per_s": round(pages_per_s, 2),
             "minutes": round((time.perf_counter() - started) / 60, 2),

@@ -73,7 +73,7 @@ def ocr_sampling_params(model: str | Path | None = None, loop_guard: bool = True
     """Greedy ``SamplingParams`` with the loop guard of ``generation_config.json`` (SPEC section 5).
 
     Without ``model`` the released model's values are used (n 35 over the last 1024 output tokens,
-    ``<td>`` / ``</td>`` exempt, 4096 new tokens). The guard needs an engine built without speculative
+    ``<td>`` / ``</td>`` exempt, ``DEFAULT_MAX_NEW_TOKENS`` new tokens). The guard needs an engine built without speculative
     decoding (see ``vllm_llm_kwargs``); an engine with FastMTP ignores it.
     """
     from vllm import SamplingParams

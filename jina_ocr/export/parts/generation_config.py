@@ -1,5 +1,5 @@
-"""``generation_config.json``: greedy, 4096 new tokens (fewer when the longest prompt plus 4096 would pass
-the model's position limit), FastMTP on when the checkpoint has a head (the export's ``use_mtp`` option
+"""``generation_config.json``: greedy, ``DEFAULT_MAX_NEW_TOKENS`` new tokens (fewer when the longest
+prompt plus that would pass the model's position limit), FastMTP on when the checkpoint has a head (the export's ``use_mtp`` option
 may say otherwise), and the loop guard on (SPEC sections 5 and 6).
 
 ``save_pretrained`` of the weights part writes a generation config derived from the model config
@@ -43,7 +43,7 @@ def max_new_tokens_for(config, tokenizer=None, mode: str = JinaOCRImageProcessor
     if tokenizer is None:
         return DEFAULT_MAX_NEW_TOKENS
     request = tokenizer.encode(jina_request(), add_special_tokens=False)  # one <image> marker among them
-    longest_prompt = len(request) - 1 + max_image_tokens(mode)
+    longest_prompt = len(request) - 1 + max_image_tokens(mode, config.pixels_per_visual_token)
     return max(1, min(DEFAULT_MAX_NEW_TOKENS, config.max_position_embeddings - longest_prompt))
 
 

@@ -19,7 +19,8 @@ def write_processor(ctx: ExportContext) -> None:
     """Save a JinaOCRProcessor built on ``ctx.tokenizer``; nothing when the export has no tokenizer.
 
     ``ctx.options`` may carry ``processor_mode`` (the image processor's mode, Gundam by default) and
-    ``prompt_style`` ("jina" or "deepseek").
+    ``prompt_style`` ("jina" or "deepseek"). The placeholder counts follow the config's
+    ``pixels_per_visual_token``.
     """
     if ctx.tokenizer is None:
         return
@@ -27,7 +28,9 @@ def write_processor(ctx: ExportContext) -> None:
 
     image_kwargs = {"mode": ctx.options["processor_mode"]} if "processor_mode" in ctx.options else {}
     processor = JinaOCRProcessor(
-        image_processor=JinaOCRImageProcessor(**image_kwargs),
+        image_processor=JinaOCRImageProcessor(
+            pixels_per_token=ctx.config.pixels_per_visual_token, **image_kwargs
+        ),
         tokenizer=ctx.tokenizer,
         prompt_style=ctx.options.get("prompt_style", "jina"),
     )
