@@ -3,7 +3,8 @@
 The tiny random model never emits EOS, so a request with ``max_tokens`` 4,096 decodes 4,096 tokens
 (about 20 s on a CPU) unless the server stops it. Requests are written on raw sockets, so that
 hanging up is closing the socket; the server's ``/health`` counts the tokens it generated and the
-pages it gave up.
+pages it gave up. The server allows URLs, and fetches the page from a document server on loopback,
+so that every route (chat, upload, ``GET /{url}``) is hung up on.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from document_server import DocumentServer
 from PIL import Image
 
 from jina_ocr.conversion import Converter
+from jina_ocr.fetch import FetchPolicy
 from jina_ocr.server import Limits, create_app
 
 LONG = 4096
@@ -39,11 +42,24 @@ def page(fixtures_dir) -> Image.Image:
     return Image.open(fixtures_dir / "tesseract" / "phototest.tif").convert("RGB")
 
 
+def png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def documents(page):
+    with DocumentServer({"page.png": (png(page), "image/png")}) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def server(converter, page):
     """Base URL of a running server, warmed up by one short request; requests arriving within 0.3 s
     of each other share a batch."""
-    app = create_app(converter, "jina-ocr-tiny", Limits(), batch_wait_seconds=0.3)
+    fetching = FetchPolicy(allow_private=True)  # the document server is on loopback
+    app = create_app(converter, "jina-ocr-tiny", Limits(), batch_wait_seconds=0.3, fetching=fetching)
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -63,9 +79,7 @@ def server(converter, page):
 
 
 def chat_body(image: Image.Image, max_tokens: int, stream: bool = False) -> dict:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    url = f"data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}"
+    url = f"data:image/png;base64,{base64.b64encode(png(image)).decode()}"
     content = [{"type": "image_url", "image_url": {"url": url}}]
     return {
         "model": "m",
@@ -77,14 +91,17 @@ def chat_body(image: Image.Image, max_tokens: int, stream: bool = False) -> dict
 
 def send(base: str, body: dict) -> socket.socket:
     """A chat request written on a raw socket, left waiting for its answer."""
-    payload = json.dumps(body).encode()
-    host, port = base.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
-    )
-    sock.sendall(head.encode() + payload)
+    return send_request(httpx.Request("POST", f"{base}/v1/chat/completions", content=json.dumps(body)))
+
+
+def send_request(request: httpx.Request) -> socket.socket:
+    """``request`` written on a raw socket (HTTP/1.1, its body in full), left waiting for its answer."""
+    body = request.read()
+    sock = socket.create_connection((request.url.host, request.url.port))
+    headers = {**request.headers, "content-length": str(len(body))}
+    head = f"{request.method} {request.url.raw_path.decode()} HTTP/1.1\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items() if name != "transfer-encoding")
+    sock.sendall(head.encode() + b"\r\n" + body)
     return sock
 
 
@@ -117,6 +134,26 @@ def test_generation_stops_soon_after_the_client_hangs_up(server, page, stream):
     before = health(server)
     client = send(server, chat_body(page, LONG, stream))
     wait_for(lambda: health(server)["generated_tokens"] > before["generated_tokens"] + 50)  # decoding
+    client.close()
+    hung_up = time.monotonic()
+    stopped = when_tokens_stop(server)
+    after = health(server)
+    assert stopped - hung_up < 2.0
+    assert after["generated_tokens"] - before["generated_tokens"] < LONG // 2
+    assert after["cancelled_pages"] == before["cancelled_pages"] + 1
+
+
+@pytest.mark.parametrize("route", ["upload", "url"])
+def test_document_routes_stop_generating_when_the_client_hangs_up(server, documents, page, route):
+    """``POST /v1/documents`` and ``GET /{url}`` wait for their pages as chat does."""
+    if route == "upload":
+        files = {"file": ("page.png", png(page), "image/png")}
+        request = httpx.Request("POST", f"{server}/v1/documents", files=files, data={"max_tokens": LONG})
+    else:
+        request = httpx.Request("GET", f"{server}/{documents.url('/page.png')}")
+    before = health(server)
+    client = send_request(request)
+    wait_for(lambda: health(server)["generated_tokens"] > before["generated_tokens"] + 50)
     client.close()
     hung_up = time.monotonic()
     stopped = when_tokens_stop(server)
