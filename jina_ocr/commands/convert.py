@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
     try:
-        failed |= _convert_all(converter, jobs, args, suffix)
+        failed |= _convert_all(converter, jobs, args)
     except KeyboardInterrupt:
         _report("interrupted; files already written are complete, the current one was not written")
         return 130
@@ -283,7 +283,7 @@ class _TokenMeter:
         return f"{self.tokens:,} tokens, {self.tokens / elapsed if elapsed else 0.0:.1f} tok/s"
 
 
-def _convert_all(converter: Converter, jobs: list[Job], args, suffix: str) -> bool:
+def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
     """Convert every job, writing each output as soon as its document is done; True if anything failed."""
     from tqdm import tqdm
 
