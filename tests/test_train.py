@@ -234,12 +234,15 @@ def test_the_towers_first_phase_trains_the_towers_alone_until_their_glyph_accura
 
     # An accuracy at the threshold ends the phase at the next evaluation; the decoder trains after it.
     monkeypatch.setattr(_Trainer, "measure_glyphs", lambda self, stage: {"glyph_acc": 1.01})
-    assert main([*args, "--steps", "6"]) == 0
+    assert main([*args, "--steps", "6", "--vision-lr-scale", "0.5"]) == 0
     log = _log(out)
     assert [r["step"] for r in log if r.get("towers_ready")] == [4]
     assert [r["step"] for r in log if "loss" in r] == [5, 6]
     progress = torch.load(out / "checkpoint.pt", weights_only=False)["progress"]
     assert progress["towers_ready"] and progress["step"] == 6
+    # The rerun's --vision-lr-scale applies to the optimizer restored from the checkpoint.
+    groups = torch.load(out / "checkpoint.pt", weights_only=False)["optimizer"]["param_groups"]
+    assert sorted({g["peak_lr"] for g in groups}) == [5e-4, 1e-3]
     again = load_file(str(out / "model" / "model.safetensors"))
     assert not all(torch.equal(again[k], trained[k]) for k in rest)
 

@@ -310,6 +310,12 @@ class _Trainer:
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
             self.optimizer.load_state_dict(state["optimizer"])
+            # The saved groups bring back their old rates; this invocation's options decide them, so a
+            # rerun may change --lr, --vision-lr-scale or --weight-decay and go on from the checkpoint.
+            for group, fresh in zip(
+                self.optimizer.param_groups, _parameter_groups(model, self.glyph_head, options), strict=True
+            ):
+                group["peak_lr"], group["weight_decay"] = fresh["peak_lr"], fresh["weight_decay"]
 
         layers = model.config.num_hidden_layers
         if not all(0 <= layer < layers for layer in options.align_layers):
