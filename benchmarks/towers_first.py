@@ -2,7 +2,7 @@
 
     python benchmarks/towers_first.py [--steps 600] [--stage line] [--from MODEL_FILES] [--bf16]
 
-Two copies of one jina-ocr-tiny model train side by side on the same pages of a curriculum stage (the
+Two variants of one jina-ocr-tiny model train side by side on the same pages of a curriculum stage (the
 pages a ``jina-ocr train sft`` run of that stage sees), with the same optimizer and rate:
 
 - **towers alone**: SAM, CLIP and the projector with the training-only glyph head, on the glyph loss
@@ -10,9 +10,9 @@ pages a ``jina-ocr train sft`` run of that stage sees), with the same optimizer 
 - **whole model**: everything, on the next-token loss plus the glyph and alignment losses (a run
   without that phase).
 
-At every evaluation it prints both copies' glyph slot accuracy on held-out pages of the stage. If the
+At every evaluation it prints both variants' glyph slot accuracy on held-out pages of the stage. If the
 towers learn much faster alone, the decoder's gradient is what slows them down inside the whole model.
-``--from`` starts both copies from model files (the bundled model, say) instead of a fresh model.
+``--from`` starts both variants from model files (the bundled model, say) instead of a fresh model.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from jina_ocr.train.sft import (
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead
 
 
-class Copy:
+class Variant:
     """One model with its glyph head, probes and optimizer, trained towers-only or whole."""
 
     def __init__(self, model, prompt: list[int], options: SFTOptions, towers_only: bool):
@@ -81,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--stage", choices=STAGES, default="line")
-    parser.add_argument("--from", dest="source", help="model files both copies start from")
+    parser.add_argument("--from", dest="source", help="model files both variants start from")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=50)
@@ -100,11 +100,11 @@ def main() -> None:
         model, processor, _, _ = starting_model(options)
     prompt = prompt_ids(processor)
     torch.manual_seed(args.seed)
-    copies = {
-        "towers alone": Copy(model, prompt, options, towers_only=True),
-        "whole model": Copy(copy.deepcopy(model), prompt, options, towers_only=False),
+    variants = {
+        "towers alone": Variant(model, prompt, options, towers_only=True),
+        "whole model": Variant(copy.deepcopy(model), prompt, options, towers_only=False),
     }
-    copies["whole model"].head.load_state_dict(copies["towers alone"].head.state_dict())
+    variants["whole model"].head.load_state_dict(variants["towers alone"].head.state_dict())
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
 
     stage = STAGES.index(args.stage)
@@ -116,12 +116,14 @@ def main() -> None:
 
     print(f"stage {args.stage}, seed {args.seed}, bf16 {args.bf16}, from {args.source or 'a fresh model'}")
     print("held-out glyph slot accuracy:")
-    print("| step | " + " | ".join(copies) + " | minutes |")
-    print("|---|" + "---|" * len(copies) + "---|")
+    print("| step | " + " | ".join(variants) + " | minutes |")
+    print("|---|" + "---|" * len(variants) + "---|")
     started = time.perf_counter()
 
     def report(step: int) -> None:
-        accuracies = " | ".join(f"{c.glyph_accuracy(held_out_batch, autocast):.3f}" for c in copies.values())
+        accuracies = " | ".join(
+            f"{v.glyph_accuracy(held_out_batch, autocast):.3f}" for v in variants.values()
+        )
         print(f"| {step} | {accuracies} | {(time.perf_counter() - started) / 60:.1f} |", flush=True)
 
     report(0)
@@ -130,7 +132,7 @@ def main() -> None:
         batch = collate([next(pages) for _ in range(args.batch_size)])
         batch.pop("indices")
         factor = min(1.0, step / args.warmup)
-        for each in copies.values():
+        for each in variants.values():
             each.step(batch, factor, autocast)
         if step % args.eval_every == 0 or step == args.steps:
             report(step)

@@ -14,12 +14,14 @@ A run lives in one output folder (keep it outside the repository while it goes o
 - ``options.json``: the options of the run, for the record.
 
 The loss is the next-token loss plus the two training-only terms of :mod:`jina_ocr.train.supervision`
-(``glyph_weight`` and ``align_weight``). The curriculum (:mod:`jina_ocr.train.recipe`) advances when the
-held-out character error rate of the current stage drops below its threshold. Every evaluation logs, for
-the held-out pages of the current stage and of the last stage: the character error rate of greedy
-transcriptions, the loss, the "image gap" (how much the loss rises when every page gets another page's
-image; zero until the model reads), the glyph accuracy of the visual tokens and the attention mass on
-the right cell. Held-out pages print words no training page uses (:mod:`jina_ocr.train.held_out_words`).
+(``glyph_weight`` and ``align_weight``). With ``towers_first`` a run starts with the vision towers alone
+on the glyph loss, until their held-out glyph accuracy reaches it: inside the whole model from the first
+step they learnt glyphs several times more slowly. The curriculum (:mod:`jina_ocr.train.recipe`)
+advances when the held-out character error rate of the current stage drops below its threshold. Every
+evaluation logs, for the held-out pages of the current stage and of the last stage: the character error
+rate of greedy transcriptions, the loss, the "image gap" (how much the loss rises when every page gets
+another page's image; zero until the model reads), the glyph accuracy of the visual tokens and the
+attention mass on the right cell. Held-out pages print words no training page uses (:mod:`jina_ocr.train.held_out_words`).
 """
 
 from __future__ import annotations
