@@ -1,12 +1,17 @@
-"""Waiting for a server the tests started on 127.0.0.1."""
+"""Servers the tests start on 127.0.0.1: waiting for a subprocess, and running an app in a thread."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 
 def wait_until_healthy(process: subprocess.Popen, base: str, log: Path, seconds: float, pause: float) -> None:
@@ -21,3 +26,23 @@ def wait_until_healthy(process: subprocess.Popen, base: str, log: Path, seconds:
         except httpx.HTTPError:
             pass
         time.sleep(pause)
+
+
+@contextmanager
+def serve_in_thread(app) -> Iterator[str]:
+    """Run an ASGI ``app`` with uvicorn on a free loopback port in this process; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -22,7 +19,7 @@ import numpy as np
 import pymupdf
 import pytest
 import torch
-import uvicorn
+from loopback import serve_in_thread
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -143,19 +140,8 @@ def model_and_processor(tiny_export):
 def server(model_and_processor):
     model, processor, _ = model_and_processor
     app = create_app(Converter(model, processor, max_new_tokens=1), "jina-ocr-tiny")
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    uv.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    with serve_in_thread(app) as base:
+        yield base
 
 
 def the_one_view(seen: list[torch.Tensor]) -> torch.Tensor:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import socket
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import httpx
 import openai
 import pymupdf
 import pytest
-import uvicorn
+from loopback import serve_in_thread
 from PIL import Image
 from test_documents import pdf_with_pages, png_header_only
 
@@ -41,19 +39,8 @@ def converter(tiny_mtp_export) -> Converter:
 def server(converter):
     """Base URL of a running server; a 0.3 s batching window makes concurrent requests share batches."""
     app = create_app(converter, "jina-ocr-tiny", LIMITS, batch_wait_seconds=0.3)
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    uv.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    with serve_in_thread(app) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,13 @@ import base64
 import io
 import json
 import socket
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from document_server import DocumentServer
+from loopback import serve_in_thread
 from PIL import Image
 
 from jina_ocr.conversion import Converter
@@ -60,22 +59,10 @@ def server(converter, page):
     of each other share a batch."""
     fetching = FetchPolicy(allow_private=True)  # the document server is on loopback
     app = create_app(converter, "jina-ocr-tiny", Limits(), batch_wait_seconds=0.3, fetching=fetching)
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    reply = httpx.post(f"{base}/v1/chat/completions", json=chat_body(page, 2), timeout=60)
-    assert reply.status_code == 200, reply.text
-    yield base
-    uv.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    with serve_in_thread(app) as base:
+        reply = httpx.post(f"{base}/v1/chat/completions", json=chat_body(page, 2), timeout=60)
+        assert reply.status_code == 200, reply.text
+        yield base
 
 
 def chat_body(image: Image.Image, max_tokens: int, stream: bool = False) -> dict:
