@@ -1,4 +1,5 @@
-"""FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1.
+"""FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1
+(and at batch size 1 too, where it costs far less Python per step than the library's; dispatch.py).
 
 Every step drafts up to K tokens per row (fewer, down to none, while the head's drafts fail: see
 adaptive.py), verifies all rows in one main-model forward, and commits per row the longest matching
@@ -77,8 +78,10 @@ _NEUTRAL_OPTIONS = {
 _FORWARD_INPUTS = ("pixel_values", "pixel_values_local", "image_grids")
 
 
-def check_batched_options(generation_config, extra_inputs: dict, **call_options) -> None:
-    """Raise for what the batched loop cannot honour; ``call_options`` are generate()'s own arguments."""
+def batched_refusals(generation_config, extra_inputs: dict, **call_options) -> list[str]:
+    """What of one ``generate`` call the batched loop cannot honour, by name (empty when it can run the
+    call); ``call_options`` are generate()'s own arguments, ``extra_inputs`` the model inputs besides
+    ``input_ids`` and ``attention_mask``."""
     refused = [
         f"{name}={getattr(generation_config, name)!r}"
         for name, neutral in _NEUTRAL_OPTIONS.items()
@@ -88,6 +91,12 @@ def check_batched_options(generation_config, extra_inputs: dict, **call_options)
     refused += [f"{name}=..." for name in extra_inputs if name not in _FORWARD_INPUTS + ("use_cache",)]
     if extra_inputs.get("use_cache") is False:
         refused.append("use_cache=False")
+    return refused
+
+
+def check_batched_options(generation_config, extra_inputs: dict, **call_options) -> None:
+    """Raise for what the batched loop cannot honour (see ``batched_refusals``)."""
+    refused = batched_refusals(generation_config, extra_inputs, **call_options)
     if refused:
         raise ValueError(
             "FastMTP for a batch of more than one sequence is greedy decoding with the loop guard only; "

@@ -3,8 +3,11 @@
 - ``use_mtp`` (the library's own GenerationConfig field) turns FastMTP on or off; its default comes
   from ``generation_config.json`` (on when the checkpoint has a head). ``mtp_num_speculative_steps``
   sets K for a call (1..the config's K).
-- At batch size 1 FastMTP runs inside the library's assisted-decoding loop (streamers, stopping
-  criteria and logits processors work as usual); for larger batches our batched loop runs.
+- FastMTP runs our batched loop (batched.py), at batch size 1 too: its Python per step is a fraction
+  of the library's assisted-decoding loop's, which on small models costs most of what drafting saves.
+  A batch-1 call that asks for what only the library's loop honours (a streamer, logits processors,
+  stopping criteria other than ``RowStops``, a static cache, scores, ...) runs inside that loop, where
+  they work as usual; a larger batch that asks for them is refused with their names.
 - FastMTP is greedy. When the default configuration turns it on but a call asks for sampling or beam
   search, that call decodes without it; asking for both explicitly is an error.
 - The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers.generation import LogitsProcessorList
 
-from .batched import _FORWARD_INPUTS, check_batched_options, generate_batched
+from .batched import _FORWARD_INPUTS, batched_refusals, check_batched_options, generate_batched
 from .fastmtp import FastMTPStats
 from .loop_guard import SlidingWindowNoRepeatNGram
 from .settings import (
@@ -130,21 +133,18 @@ def generate(
 
     batch = input_ids.shape[0] if input_ids is not None else 1
     row_stops = [c for c in stopping_criteria or () if callable(getattr(c, "commit_rows", None))]
-    if use_mtp and batch > 1:
-        stats = FastMTPStats(steps, input_ids.shape[0], adaptive)
+    call_options = {
+        "logits_processor": logits_processor,
+        "stopping_criteria": [c for c in stopping_criteria or () if c not in row_stops],
+        "streamer": streamer,
+    }
+    own_loop = batch > 1 or not batched_refusals(config, _extra_inputs(model_kwargs), **call_options)
+    if use_mtp and input_ids is not None and own_loop:
+        stats = FastMTPStats(steps, batch, adaptive)
         for criterion in row_stops:
             criterion.fastmtp = stats
         return _generate_batch(
-            model,
-            config,
-            input_ids,
-            model_kwargs,
-            stats,
-            guard,
-            row_stops,
-            logits_processor=logits_processor,
-            stopping_criteria=[c for c in stopping_criteria or () if c not in row_stops],
-            streamer=streamer,
+            model, config, input_ids, model_kwargs, stats, guard, row_stops, **call_options
         )
 
     run = FastMTPCall(steps, FastMTPStats(steps, 1, adaptive)) if use_mtp else None
@@ -167,10 +167,14 @@ def generate(
     return output
 
 
+def _extra_inputs(model_kwargs: dict) -> dict:
+    """The model inputs of a call besides the token ids and their mask."""
+    return {key: value for key, value in model_kwargs.items() if key not in ("input_ids", "attention_mask")}
+
+
 def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, row_stops, **call_options):
-    model_kwargs = dict(model_kwargs)
-    model_kwargs.pop("input_ids", None)
-    attention_mask = model_kwargs.pop("attention_mask", None)
+    attention_mask = model_kwargs.get("attention_mask")
+    model_kwargs = _extra_inputs(model_kwargs)
     check_batched_options(config, model_kwargs, **call_options)
     prompt_length = input_ids.shape[1]
     if config.max_new_tokens is not None:

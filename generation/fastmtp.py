@@ -21,8 +21,9 @@ A step that drafts nothing (adaptive drafting, generation/adaptive.py) leaves it
 the next step that drafts consumes all of them at once, so the head cache still holds one entry per
 committed pair.
 
-``FastMTPDrafter`` is shared by the library's assisted-decoding loop at batch size 1
-(``FastMTPCandidateGenerator``) and by our batched loop (``batched.py``). Rows of a batch may own a
+``FastMTPDrafter`` is shared by our batched loop (``batched.py``) and by the library's
+assisted-decoding loop (``FastMTPCandidateGenerator``), which runs the batch-1 calls that ask for what
+only it honours (streamers, logits processors, a static cache, ...). Rows of a batch may own a
 different number of new pairs; the pairs are padded to a common width and the padding is masked in
 the head's attention mask, so every row's cache stays consistent ("holes" are never attended).
 """
@@ -242,7 +243,7 @@ def positions_and_valid(attention_mask: torch.Tensor | None, batch: int, length:
 
 
 class FastMTPCandidateGenerator(CandidateGenerator):
-    """FastMTP inside the library's assisted-decoding loop (batch size 1).
+    """FastMTP inside the library's assisted-decoding loop (batch-1 calls that need its features).
 
     The loop calls ``get_candidates`` with the outputs of its previous main-model forward (the prefill,
     then each verification) and ``update_candidate_strategy`` after committing the accepted drafts

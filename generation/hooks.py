@@ -1,7 +1,8 @@
 """Every use of a private Transformers name by FastMTP, in one place, checked for the supported range.
 
-FastMTP at batch size 1 runs inside the library's assisted-decoding loop (``_assisted_decoding``,
-which both 5.17 and 5.24 enter when ``generation_config.use_mtp`` is set). That loop asks the model
+A batch-1 FastMTP call that needs the library's features (dispatch.py) runs inside its
+assisted-decoding loop (``_assisted_decoding``, which both 5.17 and 5.24 enter when
+``generation_config.use_mtp`` is set). That loop asks the model
 for its candidate generator through the private ``GenerationMixin._get_candidate_generator``; the
 library's own answer for ``use_mtp`` is ``MTPCandidateGenerator``, which needs one layer per depth
 (``num_mtp_layers``) and cannot reuse one head recursively, so ``install`` overrides the method on

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from small_config import IMAGE, SMALL
 from torch import nn
+from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
@@ -45,6 +46,22 @@ def page_batch(seed: int, sides: list[int], vocab: int, dtype=torch.float64) -> 
     assert len(set(sides)) == 1, "one view size per batch: views are stacked into one tensor"
     pixels = torch.randn(len(sides), 3, sides[0], sides[0], generator=gen).to(dtype)
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
+class Discard(BaseStreamer):
+    """A streamer that keeps nothing. Only the library's assisted-decoding loop honours streamers, so
+    passing one runs a batch-1 FastMTP call there instead of in our loop."""
+
+    def put(self, value):
+        pass
+
+    def end(self):
+        pass
+
+
+def loop_options(loop: str) -> dict:
+    """The ``generate`` options that run a batch-1 FastMTP call in ``loop`` ("ours" or "library")."""
+    return {"ours": {}, "library": {"streamer": Discard()}}[loop]
 
 
 def generate(model, inputs: dict, **options) -> torch.Tensor:

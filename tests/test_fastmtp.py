@@ -7,13 +7,14 @@ import json
 
 import pytest
 import torch
-from fastmtp_helpers import EOS, PAD, OracleHead, generate, page_batch, small_model
+from fastmtp_helpers import EOS, PAD, OracleHead, generate, loop_options, page_batch, small_model
 from isolation import run_as_hub_user
 from small_config import SMALL
 from transformers import DynamicCache
+from transformers.generation import LogitsProcessor, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
-from jina_ocr.remote_code.generation import hooks
+from jina_ocr.remote_code.generation import dispatch, hooks
 from jina_ocr.remote_code.generation.fastmtp import FastMTPCandidateGenerator
 from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
@@ -40,11 +41,54 @@ def assert_lossless(model, inputs, **options):
 
 
 @pytest.mark.floor
-def test_fastmtp_equals_greedy_batch_1(model):
+@pytest.mark.parametrize("loop", ["ours", "library"])
+def test_fastmtp_equals_greedy_batch_1(model, loop):
     for seed in range(3):
         inputs = page_batch(seed, [128], SMALL["vocab_size"])
-        _, stats = assert_lossless(model, inputs, max_new_tokens=12)
+        _, stats = assert_lossless(model, inputs, max_new_tokens=12, **loop_options(loop))
         assert stats["batch_size"] == 1 and stats["verification_steps"] > 0
+
+
+@pytest.mark.parametrize(
+    ("options", "loop"),
+    [
+        ({}, "ours"),
+        ({"loop_guard_ngram_size": 3, "loop_guard_window": 8, "mtp_num_speculative_steps": 2}, "ours"),
+        ({"streamer": "discard"}, "library"),
+        ({"logits_processor": "identity"}, "library"),
+        ({"cache_implementation": "static"}, "library"),
+        ({"output_scores": True, "return_dict_in_generate": True}, "library"),
+    ],
+    ids=["plain", "guard-and-steps", "streamer", "logits-processor", "static-cache", "scores"],
+)
+def test_batch_1_runs_our_loop_unless_the_call_needs_the_librarys(model, monkeypatch, options, loop):
+    """Our loop is much faster at batch 1; what only the library's loop honours sends a call there."""
+    ran = []
+    ours = dispatch.generate_batched
+    monkeypatch.setattr(dispatch, "generate_batched", lambda *a, **k: ran.append("ours") or ours(*a, **k))
+
+    class Library(FastMTPCandidateGenerator):
+        def get_candidates(self, input_ids, **kwargs):
+            ran.append("library")
+            return super().get_candidates(input_ids, **kwargs)
+
+    monkeypatch.setattr(hooks, "FastMTPCandidateGenerator", Library)
+    stand_ins = {
+        "discard": loop_options("library")["streamer"],
+        "identity": LogitsProcessorList([Identity()]),
+    }
+    options = {key: stand_ins.get(value, value) for key, value in options.items()}
+    inputs = page_batch(7, [128], SMALL["vocab_size"])
+    greedy = generate(model, inputs, use_mtp=False, max_new_tokens=8, **options)
+    fast = generate(model, inputs, use_mtp=True, max_new_tokens=8, **options)
+    sequences = lambda out: out if isinstance(out, torch.Tensor) else out.sequences  # noqa: E731
+    assert sequences(fast).tolist() == sequences(greedy).tolist()
+    assert ran and set(ran) == {loop}
+
+
+class Identity(LogitsProcessor):
+    def __call__(self, input_ids, scores):
+        return scores
 
 
 @pytest.mark.floor
@@ -93,14 +137,15 @@ def install_oracle(model, monkeypatch, inputs, max_new_tokens, **options):
     return greedy
 
 
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("batch", "loop"), [(1, "ours"), (1, "library"), (3, "ours")])
 @pytest.mark.parametrize("steps", [1, 3])
-def test_correct_drafts_are_all_accepted(wide_model, monkeypatch, batch, steps):
+def test_correct_drafts_are_all_accepted(wide_model, monkeypatch, batch, loop, steps):
     inputs = page_batch(40 + batch, [128] * batch, wide_model.config.vocab_size)
     # 1 + 4 * (K + 1) new tokens: the prefill's token, then full steps only (no budget cut).
     new = 1 + 4 * (steps + 1)
     options = {"eos_token_id": absent_token(wide_model, inputs, new)}  # every step is a full one
     greedy = install_oracle(wide_model, monkeypatch, inputs, new, **options)
+    options |= loop_options(loop)
     fast = generate(
         wide_model, inputs, use_mtp=True, max_new_tokens=new, mtp_num_speculative_steps=steps, **options
     )
@@ -126,8 +171,8 @@ def test_random_head_accepts_almost_nothing():
     assert stats["committed_per_step"] < 1.2
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_eos_inside_a_draft_and_budget_inside_a_draft(wide_model, monkeypatch, batch):
+@pytest.mark.parametrize(("batch", "loop"), [(1, "ours"), (1, "library"), (2, "ours")])
+def test_eos_inside_a_draft_and_budget_inside_a_draft(wide_model, monkeypatch, batch, loop):
     inputs = page_batch(60, [128] * batch, wide_model.config.vocab_size)
     guard = {"loop_guard_ngram_size": 2, "loop_guard_window": 12}  # keeps the random model out of loops
     never = absent_token(wide_model, inputs, 12, **guard)
@@ -139,6 +184,7 @@ def test_eos_inside_a_draft_and_budget_inside_a_draft(wide_model, monkeypatch, b
     assert row[6] not in row[:6]
     eos = row[6]
     greedy = install_oracle(wide_model, monkeypatch, inputs, 12, eos_token_id=eos, **guard)
+    guard |= loop_options(loop)
     fast = generate(wide_model, inputs, use_mtp=True, max_new_tokens=12, eos_token_id=eos, **guard)
     assert fast.tolist() == greedy.tolist()
     assert greedy[0, width + 6] == eos and (greedy.shape[1] == width + 7 or batch > 1)
@@ -169,7 +215,8 @@ def test_draft_cache_rolls_back_to_the_accepted_prefix(model, monkeypatch):
 
     monkeypatch.setattr(hooks, "FastMTPCandidateGenerator", Recording)
     inputs = page_batch(70, [128], SMALL["vocab_size"])
-    generate(model, inputs, use_mtp=True, max_new_tokens=14, eos_token_id=absent_token(model, inputs, 14))
+    eos = absent_token(model, inputs, 14)
+    generate(model, inputs, use_mtp=True, max_new_tokens=14, eos_token_id=eos, **loop_options("library"))
     sequence = records[-1][4]
     with torch.no_grad():
         full = model(input_ids=sequence, pixel_values=inputs["pixel_values"], use_cache=False)

@@ -21,7 +21,7 @@ import functools
 
 import pytest
 import torch
-from fastmtp_helpers import generate, page_batch, small_model
+from fastmtp_helpers import generate, loop_options, page_batch, small_model
 from test_model_parity import ref_decoder_layer, ref_rmsnorm, ref_swiglu
 
 from jina_ocr.remote_code.generation import hooks
@@ -90,7 +90,8 @@ def record_draft_logits(
     monkeypatch.setattr(hooks, "FastMTPCandidateGenerator", Recording)
     vocab = model.config.vocab_size
     generate(model, inputs, use_mtp=True, max_new_tokens=max_new_tokens, mtp_num_speculative_steps=STEPS,
-             eos_token_id=vocab - 1, loop_guard_ngram_size=0, mtp_adaptive_drafting=False)  # fmt: skip
+             eos_token_id=vocab - 1, loop_guard_ngram_size=0, mtp_adaptive_drafting=False,
+             **loop_options("library"))  # fmt: skip
     return records
 
 
