@@ -11,6 +11,8 @@ import pytest
 pytest_plugins = ["skip_policy"]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# ``jina-ocr convert`` options that keep a run fast: 512 px views and two new tokens per page.
+FAST_CONVERT = ("--mode", "tiny", "--max-new-tokens", "2")
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +49,17 @@ def lively_export(tiny_mtp_export, tmp_path_factory) -> Path:
     shutil.copytree(tiny_mtp_export, folder)
     rewrite_weights(folder, make_lively)
     return folder
+
+
+@pytest.fixture()
+def run(tiny_export, capsys):
+    """``jina-ocr convert ARGS`` in this process with the fast options: (exit status, stdout, stderr).
+    The model is the tiny export unless ``model=`` names another folder."""
+    from jina_ocr.cli import main
+
+    def invoke(*args, model: Path | None = None) -> tuple[int, str, str]:
+        status = main(["convert", *map(str, args), "--model", str(model or tiny_export), *FAST_CONVERT])
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return invoke

@@ -26,19 +26,6 @@ from jina_ocr.commands.convert import _TokenMeter, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "sample.pdf"
-FAST = ["--mode", "tiny", "--max-new-tokens", "2"]
-
-
-@pytest.fixture()
-def run(tiny_export, capsys):
-    """Run ``jina-ocr convert ARGS`` in this process; returns (exit status, stdout, stderr)."""
-
-    def invoke(*args) -> tuple[int, str, str]:
-        status = main(["convert", *map(str, args), "--model", str(tiny_export), *FAST])
-        captured = capsys.readouterr()
-        return status, captured.out, captured.err
-
-    return invoke
 
 
 def markers(markdown: str) -> list[str]:
@@ -248,11 +235,11 @@ def one_line_error(err: str) -> str:
     return lines[0]
 
 
-def convert_without_a_model(tmp_path, capsys, *args) -> tuple[int, str]:
+def convert_without_a_model(run, tmp_path, *args) -> tuple[int, str]:
     """``jina-ocr convert SAMPLE ARGS`` with a model folder that does not exist: an error about the
     arguments proves they were checked before any model was looked for."""
-    status = main(["convert", str(SAMPLE), *map(str, args), "--model", str(tmp_path / "no-model"), *FAST])
-    return status, one_line_error(capsys.readouterr().err)
+    status, _, err = run(SAMPLE, *args, model=tmp_path / "no-model")
+    return status, one_line_error(err)
 
 
 def unwritable_folder(tmp_path) -> Path:
@@ -267,7 +254,7 @@ def unwritable_folder(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["existing file", "under a file", "not writable"])
-def test_unusable_output_folder_is_a_usage_error_before_anything_loads(tmp_path, capsys, case):
+def test_unusable_output_folder_is_a_usage_error_before_anything_loads(run, tmp_path, case):
     (tmp_path / "taken").write_text("a file\n")
     target, message = {
         "existing file": (tmp_path / "taken", f"-o {tmp_path / 'taken'}: is a file, not a folder"),
@@ -278,7 +265,7 @@ def test_unusable_output_folder_is_a_usage_error_before_anything_loads(tmp_path,
         "not writable": (unwritable_folder(tmp_path), None),
     }[case]
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    status, line = convert_without_a_model(tmp_path, capsys, "-o", target)
+    status, line = convert_without_a_model(run, tmp_path, "-o", target)
     assert status == 2
     if message is None:
         assert line.startswith(f"jina-ocr convert: error: -o {target}: cannot write in {target.parent} (")
@@ -288,44 +275,42 @@ def test_unusable_output_folder_is_a_usage_error_before_anything_loads(tmp_path,
     assert (tmp_path / "taken").read_text() == "a file\n"
 
 
-def test_a_folder_of_another_model_is_a_usage_error(run, tmp_path, capsys):
+def test_a_folder_of_another_model_is_a_usage_error(run, tmp_path):
     bert = tmp_path / "bert"
     bert.mkdir()
     (bert / "config.json").write_text('{"model_type": "bert"}')
-    status = main(["convert", str(SAMPLE), "--model", str(bert), "-o", str(tmp_path / "out"), *FAST])
-    line = one_line_error(capsys.readouterr().err)
+    status, _, err = run(SAMPLE, "-o", tmp_path / "out", model=bert)
+    line = one_line_error(err)
     assert status == 2
     assert line.startswith(
         f"jina-ocr convert: error: --model {bert}: config.json is for model type 'bert', not a jina-ocr model"
     )
     assert "jina-ocr export --from" in line
-    status = main(["convert", str(SAMPLE), "--model", str(tmp_path / "missing"), *FAST])
+    status, _, err = run(SAMPLE, model=tmp_path / "missing")
     assert status == 2
-    assert one_line_error(capsys.readouterr().err) == (
-        f"jina-ocr convert: error: --model {tmp_path / 'missing'}: no such folder"
-    )
+    assert one_line_error(err) == (f"jina-ocr convert: error: --model {tmp_path / 'missing'}: no such folder")
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("pages", ["", " ", ","])
-def test_an_empty_page_selection_is_a_usage_error(tmp_path, capsys, pages):
-    status, line = convert_without_a_model(tmp_path, capsys, "--pages", pages, "-o", tmp_path / "out")
+def test_an_empty_page_selection_is_a_usage_error(run, tmp_path, pages):
+    status, line = convert_without_a_model(run, tmp_path, "--pages", pages, "-o", tmp_path / "out")
     assert status == 2
     assert line.startswith(f"jina-ocr convert: error: invalid page selection {pages!r}: ")
     assert not (tmp_path / "out").exists()
 
 
-def test_a_device_this_machine_lacks_is_a_usage_error(tmp_path, capsys):
+def test_a_device_this_machine_lacks_is_a_usage_error(run, tmp_path):
     import torch
 
     device = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
-    status, line = convert_without_a_model(tmp_path, capsys, "--device", device, "-o", tmp_path / "out")
+    status, line = convert_without_a_model(run, tmp_path, "--device", device, "-o", tmp_path / "out")
     assert status == 2
     assert line.startswith(f"jina-ocr convert: error: device {device!r}: this machine has ")
     assert not (tmp_path / "out").exists()
 
 
-def test_ctrl_c_while_the_model_loads(tiny_export, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_while_the_model_loads(run, tiny_export, tmp_path, monkeypatch):
     """SIGINT delivered while the weights load: exit 130, one line, nothing written."""
     import transformers
 
@@ -336,9 +321,9 @@ def test_ctrl_c_while_the_model_loads(tiny_export, tmp_path, capsys, monkeypatch
         signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", interrupted)
-    status = main(["convert", str(SAMPLE), "--model", str(model), "-o", str(tmp_path / "out"), *FAST])
+    status, _, err = run(SAMPLE, "-o", tmp_path / "out", model=model)
     assert status == 130
-    assert one_line_error(capsys.readouterr().err) == (
+    assert one_line_error(err) == (
         "jina-ocr convert: interrupted while loading the model; nothing was written"
     )
     assert not (tmp_path / "out").exists()

@@ -27,11 +27,9 @@ from PIL import Image, ImageDraw
 from test_endpoints_serve import free_port
 
 import jina_ocr
-from jina_ocr.cli import main
 from jina_ocr.commands.convert import output_names
 from jina_ocr.fetch import FetchPolicy, RefusedURL
 
-FAST = ["--mode", "tiny", "--max-new-tokens", "2"]
 SERVE_OPTIONS = ["--mode", "tiny", "--max-new-tokens", "6", "--batch-size", "2", "--fetch-timeout", "1"]
 MAX_REQUEST = 1024 * 1024
 SAMPLE_PDF = Path(__file__).resolve().parents[1] / "samples" / "sample.pdf"
@@ -76,18 +74,6 @@ def documents():
 
 def markers(markdown: str) -> list[str]:
     return re.findall(r"<!-- page (\d+)(?::| -->)", markdown)
-
-
-@pytest.fixture()
-def run(tiny_export, capsys):
-    """``jina-ocr convert ARGS`` in this process: (exit status, stdout, stderr)."""
-
-    def invoke(*args) -> tuple[int, str, str]:
-        status = main(["convert", *map(str, args), "--model", str(tiny_export), *FAST])
-        captured = capsys.readouterr()
-        return status, captured.out, captured.err
-
-    return invoke
 
 
 def test_convert_a_url_with_pages_into_a_file_named_from_its_path(run, documents, tmp_path):
