@@ -99,6 +99,33 @@ def test_nonsense_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch):
     assert drill_word(Rolls()) == "blorf"
 
 
+def test_letter_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch):
+    spelled = iter(["garden", "river", "qzxv"])
+    monkeypatch.setattr(drills, "letter_word", lambda rng: next(spelled))
+
+    class Rolls(random.Random):
+        def random(self):  # the letters branch, no capital, no punctuation
+            return 0.3
+
+    assert drill_word(Rolls(), letters=0.5) == "qzxv"
+
+
+def test_letter_words_are_random_letters_and_leave_older_recipes_unchanged():
+    recipe = PageRecipe(letter_words=1.0)
+    words = [w.strip(",.;:") for i in range(8) for w in recipe.training_page(0, i + 1, 0).markdown.split()]
+    assert len(words) >= 16 and all(re.fullmatch(r"[a-zA-Z][a-z]{1,8}", w) for w in words)
+    assert len({c for w in words for c in w.lower()}) >= 20  # uniform letters: nearly the whole alphabet
+    half = [PageRecipe(letter_words=0.5).drill("page", f"half/{i}").markdown for i in range(4)]
+    half_words = {w.strip(",.;:").lower() for page in half for w in page.split()}
+    assert half_words & set(drills.WORDS)  # the other kinds of word still appear
+    # Pages drawn before the option existed (recorded then): a share of 0 draws exactly the same words.
+    assert RECIPE.training_page(4, 100, 0).markdown == "Weighted Soping; compiler"
+    assert RECIPE.drill("page", "pin/1").markdown == (
+        "# Model kai Motvaidet\n\npam glacier jirbrer empirical ringtrendpe Clovar Stihirdrang fir Glacier "
+        "wirkstour bratchi 4700 nonlinear"
+    )
+
+
 def test_held_out_pages_print_only_held_out_words_and_never_a_training_page():
     held_out = set(HELD_OUT_WORDS)
     for stage in range(len(STAGES)):
@@ -133,6 +160,8 @@ def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
     assert "--stage: unknown chapter; choose from line, rows, page" in capsys.readouterr().err
     assert main(["train", "sft", str(tmp_path / "run"), "--advance-cer", "0.2"]) != 0
     assert "--advance-cer takes 2 values" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--letter-words", "1.5"]) != 0
+    assert "--letter-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

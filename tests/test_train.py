@@ -20,6 +20,7 @@ from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.model_files import load_model_files, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
+from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, _Trainer, starting_model
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import VISION_MODULES
@@ -41,7 +42,7 @@ def sft_run(tmp_path_factory):
     common = ["train", "sft", str(out), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "2"]
     common += ["--log-every", "1", "--max-target-tokens", "24", "--warmup", "1", "--threads", "2"]
     common += ["--workers", "0", "--vision-warmup-steps", "2", "--advance-cer", "100", "100"]
-    common += ["--dense-fraction", "0.5"]
+    common += ["--dense-fraction", "0.5", "--letter-words", "0.5"]
     assert main([*common, "--steps", "2"]) == 0
     first = _log(out)
     first_weights = load_file(str(out / "model" / "model.safetensors"))
@@ -79,7 +80,8 @@ def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
             "towers_ready": False,
         }
     )
-    assert json.loads((out / "options.json").read_text())["recipe"]["dense_fraction"] == 0.5
+    recipe = json.loads((out / "options.json").read_text())["recipe"]
+    assert recipe["dense_fraction"] == 0.5 and recipe["letter_words"] == 0.5
 
 
 def test_the_curriculum_advances_on_the_held_out_metric(sft_run):
@@ -200,7 +202,8 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     """The run's first two steps (--vision-warmup-steps 2) leave SAM, CLIP and the projector exactly at
     their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
     out, _, _, after_warm_up, *_ = sft_run
-    init = starting_model(SFTOptions(out=tmp_path))[0].state_dict()
+    recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5)  # the run's: its drills set the projector
+    init = starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict()
     vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
     decoder = [k for k in after_warm_up if k.startswith("model.layers.")]
     assert vision and decoder
@@ -219,7 +222,8 @@ def test_the_towers_first_phase_trains_the_towers_alone_until_their_glyph_accura
     args += ["--log-every", "1", "--max-target-tokens", "24", "--warmup", "1", "--threads", "2"]
     args += ["--workers", "0", "--dense-fraction", "0", "--towers-first", "1.01"]
     assert main([*args, "--steps", "2"]) == 0
-    init = starting_model(SFTOptions(out=tmp_path))[0].state_dict()
+    recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5)  # the run's: its drills set the projector
+    init = starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict()
     trained = load_file(str(out / "model" / "model.safetensors"))
     vision = [k for k in trained if k.split(".")[1] in VISION_MODULES]
     rest = [k for k in trained if k.split(".")[1] not in VISION_MODULES]

@@ -106,6 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of synth pages with tables and formulas (recipe: 0.15); 0 needs no pdflatex",
     )
     sft.add_argument(
+        "--letter-words",
+        type=float,
+        help="share of drill words made of random letters, which only reading predicts (recipe: 0)",
+    )
+    sft.add_argument(
         "--drill-fonts",
         nargs="+",
         help="body fonts of the drills, of helv, tiro and cour (recipe: all three)",
@@ -207,6 +212,8 @@ def _sft(args: argparse.Namespace) -> Path:
                 f"({', '.join(STAGES[:-1])})"
             )
         args.advance_cer = tuple(args.advance_cer)
+    if args.letter_words is not None and not 0 <= args.letter_words <= 1:
+        raise UserError(f"--letter-words {args.letter_words}: give a share from 0 to 1")
     args.align_layers = tuple(args.align_layers)
     names = {
         name
@@ -216,7 +223,7 @@ def _sft(args: argparse.Namespace) -> Path:
     recipe = PageRecipe(
         **{
             name: value
-            for name in ("drill_fonts", "dense_fraction", "advance_cer")
+            for name in ("drill_fonts", "dense_fraction", "advance_cer", "letter_words")
             if (value := getattr(args, name)) is not None
         }
     )

@@ -3,8 +3,9 @@
 A model trained from scratch on full synth pages first learns the language of the ground truth and
 never starts looking at the image, and synth pages can be predicted from their closed vocabulary
 without reading. Drill words are drawn from the synth vocabulary, from pronounceable nonsense words and
-from numbers, so the model must read letters rather than recall words, and the layouts grow with the
-curriculum (:mod:`jina_ocr.train.recipe`):
+from numbers, so the model must read letters rather than recall words; a recipe may also ask for a
+share of words of random letters (``letters``), which no language model can guess at all. The layouts
+grow with the curriculum (:mod:`jina_ocr.train.recipe`):
 
 - ``line``: one to three lines of 18-24 pt type, each on its own row of visual tokens (one line per
   cell row is the geometry whose glyphs the vision towers learn fastest);
@@ -20,6 +21,7 @@ same layouts with words no drill ever prints.
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,11 +64,21 @@ def nonsense_word(rng: random.Random) -> str:
     )
 
 
-def drill_word(rng: random.Random) -> str:
-    """A vocabulary word (47 %), a nonsense word (47 %) or a number (6 %), sometimes capitalised or
-    followed by punctuation; never a held-out word."""
-    roll = rng.random()
-    if roll < 0.06:
+def letter_word(rng: random.Random) -> str:
+    """Two to nine letters, each drawn uniformly: only reading its glyphs lowers the loss of such a word,
+    and rare letters get as much practice as common ones."""
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
+
+
+def drill_word(rng: random.Random, letters: float = 0.0) -> str:
+    """A word of random letters (a share ``letters`` of the words), else a vocabulary word (47 %), a
+    nonsense word (47 %) or a number (6 %); sometimes capitalised or followed by punctuation; never a
+    held-out word. With ``letters`` 0 the draws are those of recipes that predate the option."""
+    if letters and rng.random() < letters:
+        word = letter_word(rng)
+        while word in _HELD_OUT:
+            word = letter_word(rng)
+    elif (roll := rng.random()) < 0.06:
         word = str(rng.randint(0, 9999))
     elif roll < 0.53:
         word = nonsense_word(rng)
@@ -117,11 +129,13 @@ def drill_page(
     fonts: tuple[str, ...] = BODY_FONTS,
     held_out: bool = False,
     lines: int | None = None,
+    letters: float = 0.0,
 ) -> DrillPage:
     """Drill ``seed`` of ``stage`` on an A5 page whose visual-token rows are ``row_height`` points tall.
 
     ``held_out`` draws the words from the held-out list instead; ``lines`` fixes the number of body
-    lines (otherwise drawn from the stage's range).
+    lines (otherwise drawn from the stage's range); ``letters`` is the share of words of random letters
+    (:func:`drill_word`).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
@@ -129,7 +143,7 @@ def drill_page(
     words = random.Random(rng.random())
 
     def draw() -> str:
-        return held_out_word(words) if held_out else drill_word(words)
+        return held_out_word(words) if held_out else drill_word(words, letters)
 
     width, height = A5
     font = rng.choice(fonts)

@@ -72,7 +72,9 @@ class PageRecipe:
     """The distribution training pages are drawn from; page ``index`` of a seed and stage is always the same.
 
     ``advance_cer[k]`` is the held-out character error rate below which stage ``k`` hands over to stage
-    ``k + 1`` (one threshold per stage but the last).
+    ``k + 1`` (one threshold per stage but the last). ``letter_words`` is the share of drill words made
+    of random letters: the vocabulary and nonsense words have a language a decoder can learn instead of
+    reading, which held-out words do not share.
     """
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
@@ -81,6 +83,7 @@ class PageRecipe:
     drill_fonts: tuple[str, ...] = BODY_FONTS
     advance_cer: tuple[float, ...] = (0.25, 0.15)
     mode: str = PROCESSOR_MODE
+    letter_words: float = 0.0
 
     @property
     def view_size(self) -> int:
@@ -109,7 +112,15 @@ class PageRecipe:
 
     def drill(self, stage: str, seed: int | str, **kwargs: Any) -> DrillPage:
         """Drill ``seed`` of ``stage`` in the recipe's fonts and resolution."""
-        return drill_page(stage, seed, self.row_height(), dpi=self.dpi, fonts=self.drill_fonts, **kwargs)
+        return drill_page(
+            stage,
+            seed,
+            self.row_height(),
+            dpi=self.dpi,
+            fonts=self.drill_fonts,
+            letters=self.letter_words,
+            **kwargs,
+        )
 
     def training_page(self, seed: int, index: int, stage: int) -> SynthPage | DrillPage | None:
         """Training page ``index`` of ``seed`` in curriculum ``stage`` (an index into ``STAGES``)."""
