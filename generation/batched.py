@@ -1,5 +1,5 @@
 """FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1
-(and at batch size 1 too, where it costs far less Python per step than the library's; dispatch.py).
+(and at batch size 1 too, where it costs less Python per step than the library's; dispatch.py).
 
 Every step drafts up to K tokens per row (fewer, down to none, while the head's drafts fail: see
 adaptive.py), verifies all rows in one main-model forward, and commits per row the longest matching
