@@ -157,16 +157,16 @@ def transformers_generate(folder: Path, image: Path, max_new_tokens: int, **opti
     inputs = processor(images=[Image.open(image)], text=[PROMPT])
     model = JinaOCRForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     steps = []
-    record = FastMTPStats.record
+    record_rows = FastMTPStats.record_rows  # what both FastMTP loops call for every verification step
 
-    def record_step(stats, drafted, accepted, committed):
-        steps.append((drafted, accepted))
-        record(stats, drafted, accepted, committed)
+    def record_step(stats, drafted, rows, accepted_per_depth, committed):
+        steps.append((drafted, sum(accepted_per_depth)))  # one row: depth d counts 1 if accepted
+        record_rows(stats, drafted, rows, accepted_per_depth, committed)
 
     # vLLM drafts K tokens at every step: adaptive drafting off, so both draft the same steps.
     options = {"use_mtp": False, "loop_guard_ngram_size": 0, "mtp_adaptive_drafting": False, **options}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(FastMTPStats, "record", record_step)
+        patch.setattr(FastMTPStats, "record_rows", record_step)
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **options)
     prompt_ids = inputs["input_ids"][0].tolist()
     return {"prompt_ids": prompt_ids, "tokens": out[0, len(prompt_ids) :].tolist(), "steps": steps}
