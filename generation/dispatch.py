@@ -138,8 +138,11 @@ def generate(
         "stopping_criteria": [c for c in stopping_criteria or () if c not in row_stops],
         "streamer": streamer,
     }
-    own_loop = batch > 1 or not batched_refusals(config, _extra_inputs(model_kwargs), **call_options)
-    if use_mtp and input_ids is not None and own_loop:
+    if (
+        use_mtp
+        and input_ids is not None
+        and (batch > 1 or not batched_refusals(config, _extra_inputs(model_kwargs), **call_options))
+    ):
         stats = FastMTPStats(steps, batch, adaptive)
         for criterion in row_stops:
             criterion.fastmtp = stats
