@@ -16,6 +16,7 @@ cache bookkeeping, the decoding loop in Python).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from contextlib import contextmanager
 
@@ -163,47 +164,27 @@ def run(name, overrides, args):
         }
         for use_mtp in (False, True):  # warm-up
             _measure_once(model, inputs, 4, sync, use_mtp=use_mtp, **common)
-        greedy = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=False, **common)
-        random_head = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=True, **common)
-        fixed = measure(
-            model,
-            inputs,
-            args.new_tokens,
-            sync,
-            args.repeats,
-            use_mtp=True,
-            mtp_adaptive_drafting=False,
-            **common,
-        )
+        variant = functools.partial(measure, model, inputs, args.new_tokens, sync, args.repeats, **common)
+        greedy = variant(use_mtp=False)
+        variants = [
+            ("FastMTP random head", variant(use_mtp=True)),
+            ("  same, adaptive off", variant(use_mtp=True, mtp_adaptive_drafting=False)),
+        ]
         with torch.no_grad():
             states = model(input_ids=greedy["out"], pixel_values=inputs["pixel_values"], use_cache=False)
         pads = torch.zeros(batch, dtype=torch.long, device=device)
         replay = ReplayHead(model.mtp_module.heads[0], states.pre_norm_hidden_state, pads)
-        variants = [("random head", random_head), ("fixed K", fixed)]
         with head_replaced(model, replay):
-            ceiling = measure(model, inputs, args.new_tokens, sync, args.repeats, use_mtp=True, **common)
-            variants.append(("correct drafts", ceiling))
+            variants.append(("FastMTP correct drafts", variant(use_mtp=True)))
             if batch == 1:  # a streamer sends a batch-1 call into Transformers' assisted-decoding loop
-                library = measure(
-                    model,
-                    inputs,
-                    args.new_tokens,
-                    sync,
-                    args.repeats,
-                    use_mtp=True,
-                    streamer=Discard(),
-                    **common,
-                )
-                variants.append(("  same, library loop", library))
+                variants.append(("  same, library loop", variant(use_mtp=True, streamer=Discard())))
         for label, result in variants:
             if result["out"].tolist() != greedy["out"].tolist():  # only float near-ties may do this
                 print(
-                    f"note: {name} batch {batch} {label}: output differs from greedy ({args.dtype} near-tie)"
+                    f"note: {name} batch {batch} {label.strip()}: output differs from greedy "
+                    f"({args.dtype} near-tie)"
                 )
-        labels = {"random head": "FastMTP random head", "fixed K": "  same, adaptive off"}
-        labels["correct drafts"] = "FastMTP correct drafts"
         for label, result in [("greedy", greedy), *variants]:
-            label = labels.get(label, label)
             rows.append((name, batch, label, result, result["tok/s"] / greedy["tok/s"]))
     return rows
 

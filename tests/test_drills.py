@@ -88,26 +88,20 @@ def test_no_held_out_word_is_in_the_training_vocabulary():
     assert len(HELD_OUT_WORDS) == len(set(HELD_OUT_WORDS)) >= 200
 
 
-def test_nonsense_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch):
-    spelled = iter(["garden", "river", "blorf"])
-    monkeypatch.setattr(drills, "nonsense_word", lambda rng: next(spelled))
+@pytest.mark.parametrize(
+    ("kind", "options", "unheld"),
+    [("nonsense_word", {}, "blorf"), ("letter_word", {"letters": 0.5}, "qzxv")],
+    ids=["nonsense", "letters"],
+)
+def test_drill_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch, kind, options, unheld):
+    spelled = iter(["garden", "river", unheld])
+    monkeypatch.setattr(drills, kind, lambda rng: next(spelled))
 
     class Rolls(random.Random):
-        def random(self):  # the nonsense branch, no capital, no punctuation
+        def random(self):  # the branch of that kind, no capital, no punctuation
             return 0.3
 
-    assert drill_word(Rolls()) == "blorf"
-
-
-def test_letter_words_that_spell_a_held_out_word_are_drawn_again(monkeypatch):
-    spelled = iter(["garden", "river", "qzxv"])
-    monkeypatch.setattr(drills, "letter_word", lambda rng: next(spelled))
-
-    class Rolls(random.Random):
-        def random(self):  # the letters branch, no capital, no punctuation
-            return 0.3
-
-    assert drill_word(Rolls(), letters=0.5) == "qzxv"
+    assert drill_word(Rolls(), **options) == unheld
 
 
 def test_letter_words_are_random_letters_and_leave_older_recipes_unchanged():
