@@ -12,12 +12,14 @@ Data flow for one page (SPEC: vision, fusion, visual sequence, decoder):
       -> decoder: pre-norm layers, rotary MHA, layer 0 dense SwiGLU, the others MoE (top-k of softmax
          router probabilities, not renormalised, plus shared experts)
 
-Module and parameter names mirror the checkpoint keys exactly, so the original per-expert
-checkpoints load and save with no renaming.
+Module and parameter names mirror the checkpoint keys, except the routed experts: the model holds
+each layer's experts fused for Transformers' expert kernels and converts the original per-expert
+checkpoints on load and back on save (:mod:`experts_jina_ocr`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.integrations.moe import use_experts_implementation
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -39,6 +42,7 @@ from .compat_jina_ocr import (
     with_cache,
 )
 from .configuration_jina_ocr import JinaOCRConfig
+from .experts_jina_ocr import fuse_on_load, register_conversion
 from .generation.dispatch import generate as fastmtp_generate
 from .generation.hooks import install as install_generation_hooks
 
@@ -452,21 +456,104 @@ class JinaOCRRouter(nn.Module):
         return weights * self.scaling, experts
 
 
-class JinaOCRMoE(nn.Module):
-    """Routed experts plus the shared experts (one MLP of ``n_shared_experts`` times the width).
+@use_experts_implementation
+class JinaOCRExperts(nn.Module):
+    """The routed experts of one MoE layer, fused (:mod:`experts_jina_ocr`): ``gate_up_proj`` (E, 2I, H)
+    and ``down_proj`` (E, H, I). Each expert is a SwiGLU, ``down(silu(gate x) * up x)``.
 
-    Dispatch is grouped: token slots are sorted by expert and each expert that received tokens runs
-    once on its group, so a decode step touches only the k selected experts' weights and Python
-    work does not grow with the number of tokens.
+    ``config.experts_implementation`` picks the forward (Transformers' ``@use_experts_implementation``):
+    grouped_mm (the default: device-side offsets, no host read), batched_mm, or eager, the grouped
+    dispatch below. Checkpoints keep one module per expert; ``load_state_dict`` fuses them on load.
     """
 
     def __init__(self, config: JinaOCRConfig):
         super().__init__()
         self.num_experts = config.n_routed_experts
-        self.gate = JinaOCRRouter(config)
-        self.experts = nn.ModuleList(
-            JinaOCRMLP(config.hidden_size, config.moe_intermediate_size) for _ in range(self.num_experts)
+        self.intermediate_size = config.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(
+            torch.empty(self.num_experts, 2 * self.intermediate_size, config.hidden_size)
         )
+        self.down_proj = nn.Parameter(
+            torch.empty(self.num_experts, config.hidden_size, self.intermediate_size)
+        )
+        # The draws ``nn.Linear`` makes at construction, module by module as the per-expert layout did, so
+        # that a seeded model (``_init_weights`` draws after them) is the same in either layout.
+        for block in self._per_expert_blocks():
+            nn.init.kaiming_uniform_(block, a=math.sqrt(5))
+        self.act_fn = F.silu
+        self.register_load_state_dict_pre_hook(fuse_on_load)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        return grouped_dispatch(self, hidden_states, top_k_index, top_k_weights)
+
+    def _per_expert_blocks(self) -> list[torch.Tensor]:
+        """Views of each expert's gate, up and down weights, in the per-expert modules' order."""
+        size = self.intermediate_size
+        blocks = []
+        for e in range(self.num_experts):
+            blocks += [
+                self.gate_up_proj.data[e, :size],
+                self.gate_up_proj.data[e, size:],
+                self.down_proj.data[e],
+            ]
+        return blocks
+
+    def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.gate_up_proj[index]).chunk(2, dim=-1)
+        return F.linear(self.act_fn(gate) * up, self.down_proj[index])
+
+
+@torch.compiler.disable
+def grouped_dispatch(
+    experts_module: JinaOCRExperts, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """The eager forward: grouped dispatch with one read from the device per layer, the token count
+    of every expert.
+
+    Token slots are sorted by expert and each expert that received tokens runs once on its group, so
+    a decode step touches only the k selected experts' weights and Python work does not grow with the
+    number of tokens. The counts decide which experts run, so they reach the host once; the sort, the
+    gather and the weighted scatter back stay on the device. It also serves dtypes that grouped_mm
+    lacks (float64). ``torch.compile`` leaves this data-dependent loop to eager mode: the graph breaks
+    once per MoE layer instead of tracing it (which recompiles the decoder layers until the compiler
+    gives up).
+    """
+    tokens, top_k = experts.shape
+    if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
+        outputs = torch.cat([experts_module.expert(expert, x) for expert in experts[0].tolist()])
+        return _combine(outputs, weights)
+    flat = experts.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=experts_module.num_experts).tolist()
+    grouped = x[order // top_k]
+    outputs = torch.empty_like(grouped)
+    start = 0
+    for expert, count in enumerate(counts):
+        if count:
+            outputs[start : start + count] = experts_module.expert(expert, grouped[start : start + count])
+            start += count
+    per_slot = torch.empty_like(outputs)
+    per_slot[order] = outputs
+    return _combine(per_slot, weights)
+
+
+def _combine(per_slot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(tokens * k, hidden) expert outputs in slot order -> their weighted sum per token."""
+    tokens, top_k = weights.shape
+    weighted = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
+    return weighted.sum(dim=1).to(per_slot.dtype)
+
+
+GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class JinaOCRMoE(nn.Module):
+    """Routed experts plus the shared experts (one MLP of ``n_shared_experts`` times the width)."""
+
+    def __init__(self, config: JinaOCRConfig):
+        super().__init__()
+        self.gate = JinaOCRRouter(config)
+        self.experts = JinaOCRExperts(config)
         self.shared_experts = JinaOCRMLP(
             config.hidden_size, config.moe_intermediate_size * config.n_shared_experts
         )
@@ -475,43 +562,12 @@ class JinaOCRMoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         weights, experts = self.gate(x)
-        routed = self.dispatch(x, weights, experts)
+        kernel = self.experts.config._experts_implementation
+        if kernel == "grouped_mm" and self.experts.gate_up_proj.dtype not in GROUPED_MM_DTYPES:
+            routed = grouped_dispatch(self.experts, x, experts, weights)
+        else:
+            routed = self.experts(x, experts, weights)
         return (routed + self.shared_experts(x)).view(shape)
-
-    @torch.compiler.disable
-    def dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """Grouped dispatch with one read from the device per layer: the token count of every expert.
-
-        The counts decide which expert modules run (the weights live in one module per expert, the
-        checkpoint's layout), so they must reach the host once; everything else (the sort, the gather
-        and the weighted scatter back) stays on the device. ``torch.compile`` leaves this
-        data-dependent loop to eager mode: the graph breaks once per MoE layer instead of tracing it
-        (which recompiles the decoder layers until the compiler gives up).
-        """
-        tokens, top_k = experts.shape
-        if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
-            outputs = torch.cat([self.experts[expert](x) for expert in experts[0].tolist()])
-            return self._combine(outputs, weights)
-        flat = experts.reshape(-1)
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        grouped = x[order // top_k]
-        outputs = torch.empty_like(grouped)
-        start = 0
-        for expert, count in enumerate(counts):
-            if count:
-                outputs[start : start + count] = self.experts[expert](grouped[start : start + count])
-                start += count
-        per_slot = torch.empty_like(outputs)
-        per_slot[order] = outputs
-        return self._combine(per_slot, weights)
-
-    @staticmethod
-    def _combine(per_slot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """(tokens * k, hidden) expert outputs in slot order -> their weighted sum per token."""
-        tokens, top_k = weights.shape
-        weighted = per_slot.view(tokens, top_k, -1).to(weights.dtype) * weights.unsqueeze(-1)
-        return weighted.sum(dim=1).to(per_slot.dtype)
 
 
 class JinaOCRDecoderLayer(GradientCheckpointingLayer):
@@ -685,6 +741,9 @@ class JinaOCRPreTrainedModel(PreTrainedModel):
             module.bias.zero_()
         elif isinstance(module, JinaOCRRMSNorm):
             module.weight.fill_(1.0)
+        elif isinstance(module, JinaOCRExperts):
+            for block in module._per_expert_blocks():  # the per-expert modules' draws, in their order
+                block.normal_(0.0, std)
         elif isinstance(module, (JinaOCRRouter, SAMAttention, SAMEncoder, CLIPEmbeddings)):
             for param in module.parameters(recurse=False):  # their own tensors, not their submodules'
                 param.normal_(0.0, std)
@@ -1006,3 +1065,6 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             streamer=streamer,
             **kwargs,
         )
+
+
+register_conversion(("JinaOCRForConditionalGeneration", "JinaOCRModel"))

@@ -1,6 +1,6 @@
 """Decode-step and prefill time of the full-size decoder against its memory floor, interleaved, in one run:
-our grouped MoE dispatch in float32 and in bfloat16, and a per-expert Python loop (the reference
-code's way) in float32.
+each MoE dispatch in float32 (Transformers' grouped_mm kernel on the fused experts, the default; our
+eager grouped dispatch; a per-expert Python loop, the reference code's way) and the first two in bfloat16.
 
     python benchmarks/decode.py [--prompt 512] [--steps 8] [--rounds 3] [--layers 12] [--threads N]
 
@@ -20,23 +20,27 @@ import statistics
 import time
 
 import torch
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
 from jina_ocr.remote_code.compat_jina_ocr import output_cache
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration, JinaOCRMoE
+from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRExperts, JinaOCRForConditionalGeneration, JinaOCRMoE
 
 
 def per_expert_loop(
-    self: JinaOCRMoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor
+    self: JinaOCRExperts, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
     """The reference implementation's dispatch: visit every expert, gather its tokens, scatter back."""
     out = torch.zeros(x.shape, dtype=weights.dtype)
     for expert in range(self.num_experts):
         token, slot = torch.where(experts == expert)
         if token.numel():
-            y = self.experts[expert](x[token]).to(weights.dtype)
+            y = self.expert(expert, x[token]).to(weights.dtype)
             out.index_add_(0, token, y * weights[token, slot, None])
     return out.to(x.dtype)
+
+
+ALL_EXPERTS_FUNCTIONS.register("per_expert_loop", per_expert_loop)
 
 
 def build_model(config: JinaOCRConfig, dtype: torch.dtype) -> JinaOCRForConditionalGeneration:
@@ -64,7 +68,9 @@ def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
         mlp = layer.mlp
         if isinstance(mlp, JinaOCRMoE):
             total += mlp.gate.weight.numel() + sum(p.numel() for p in mlp.shared_experts.parameters())
-            total += config.num_experts_per_tok * sum(p.numel() for p in mlp.experts[0].parameters())
+            total += config.num_experts_per_tok * (
+                mlp.experts.gate_up_proj[0].numel() + mlp.experts.down_proj[0].numel()
+            )
         else:
             total += sum(p.numel() for p in mlp.parameters())
     total += model.model.norm.weight.numel() + model.lm_head.weight.numel() + config.hidden_size
@@ -122,25 +128,23 @@ def main() -> None:
     models = {"float32": build_model(config, torch.float32), "bfloat16": build_model(config, torch.bfloat16)}
     ids = torch.randint(0, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
     variants = (
-        ("grouped dispatch (ours)", "float32", JinaOCRMoE.dispatch),
-        ("per-expert Python loop", "float32", per_expert_loop),
-        ("grouped dispatch (ours)", "bfloat16", JinaOCRMoE.dispatch),
+        ("grouped_mm kernel", "float32", "grouped_mm"),
+        ("eager grouped dispatch", "float32", "eager"),
+        ("per-expert Python loop", "float32", "per_expert_loop"),
+        ("grouped_mm kernel", "bfloat16", "grouped_mm"),
+        ("eager grouped dispatch", "bfloat16", "eager"),
     )
     results = {variant[:2]: [] for variant in variants}
     rates = []
-    original = JinaOCRMoE.dispatch
-    try:
-        for _ in range(args.rounds):
-            for name, precision, dispatch in variants:
-                JinaOCRMoE.dispatch = dispatch
-                model = models[precision]
-                rate = copy_rate()  # right before the timings it is compared with
-                rates.append(rate)
-                step, prefill = time_decoder(model, ids, args.steps)
-                floor = step_bytes(model, args.prompt) / rate
-                results[(name, precision)].append((step, prefill, floor))
-    finally:
-        JinaOCRMoE.dispatch = original
+    for _ in range(args.rounds):
+        for name, precision, implementation in variants:
+            model = models[precision]
+            model.set_experts_implementation(implementation)
+            rate = copy_rate()  # right before the timings it is compared with
+            rates.append(rate)
+            step, prefill = time_decoder(model, ids, args.steps)
+            floor = step_bytes(model, args.prompt) / rate
+            results[(name, precision)].append((step, prefill, floor))
 
     print(
         f"decoder with {args.layers} of 12 layers, batch 1, {args.threads} threads, prompt {args.prompt} tokens, "

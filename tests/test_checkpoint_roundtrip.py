@@ -8,6 +8,7 @@ from safetensors.torch import load_file, save_file
 from small_config import SMALL
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 
@@ -15,7 +16,7 @@ def write_original_checkpoint(folder, extra_copies: bool) -> dict[str, torch.Ten
     torch.manual_seed(0)
     config = JinaOCRConfig(**SMALL)
     model = JinaOCRForConditionalGeneration(config).to(torch.bfloat16)
-    tensors = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    tensors = checkpoint_layout(model.state_dict())
     tensors = {k: v + torch.randn_like(v) * 0.01 for k, v in tensors.items()}  # no two equal tensors
     assert "model.layers.1.mlp.experts.5.down_proj.weight" in tensors  # per-expert keys, as published
     stored = dict(tensors)

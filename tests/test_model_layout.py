@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 # Written from SPEC section 2, independently of the model code: (key pattern, shape) for every tensor.
@@ -125,7 +126,7 @@ def mtp_layout() -> dict[str, tuple[int, ...]]:
 def full_state_shapes() -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = JinaOCRForConditionalGeneration(JinaOCRConfig())
-    return {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    return {key: tuple(value.shape) for key, value in checkpoint_layout(model.state_dict()).items()}
 
 
 def test_full_model_has_the_exact_parameter_count(full_state_shapes):

@@ -154,6 +154,12 @@ def ref_swiglu(x, mlp):
     return (F.silu(x @ mlp.gate_proj.weight.T) * (x @ mlp.up_proj.weight.T)) @ mlp.down_proj.weight.T
 
 
+def ref_expert(x, experts, index):
+    """Expert ``index`` of the fused layout: its gate rows, then its up rows, in ``gate_up_proj``."""
+    gate, up = experts.gate_up_proj[index].split(experts.intermediate_size)
+    return (F.silu(x @ gate.T) * (x @ up.T)) @ experts.down_proj[index].T
+
+
 def ref_moe(x, moe, top_k, renormalise=False, scaling=1.0):
     """Token by token: softmax over all experts, the top-k probabilities as they are (DeepSeek-OCR) or
     divided by their sum (``norm_topk_prob``), times ``routed_scaling_factor``, plus shared experts."""
@@ -162,7 +168,7 @@ def ref_moe(x, moe, top_k, renormalise=False, scaling=1.0):
         probs = (token @ moe.gate.weight.T).softmax(-1)
         chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[:top_k]
         total = sum(probs[e] for e in chosen) if renormalise else 1.0
-        y = sum(probs[e] / total * scaling * ref_swiglu(token, moe.experts[e]) for e in chosen)
+        y = sum(probs[e] / total * scaling * ref_expert(token, moe.experts, e) for e in chosen)
         out.append(y + ref_swiglu(token, moe.shared_experts))
     return torch.stack(out)
 

@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from jina_ocr.cli import main as cli
 from jina_ocr.export.folder import ExportError, validate_folder
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 DECODER = {
@@ -52,7 +53,7 @@ def write_original(folder, fixtures_dir, with_head: bool, duplicates: bool = Fal
     raw = original_config(fixtures_dir, with_head)
     torch.manual_seed(0)
     model = JinaOCRForConditionalGeneration(JinaOCRConfig.from_dict(copy.deepcopy(raw))).to(dtype).eval()
-    tensors = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    tensors = checkpoint_layout(model.state_dict())
     if duplicates:
         head = "mtp_module.heads.0."
         tensors[head + "mtp_embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from jina_ocr.cli import main
+from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
@@ -107,7 +108,7 @@ def test_training_only_parts_never_ship_with_the_model(sft_run):
     out = sft_run[0]
     model, _ = load_model_files(out / "model")
     saved = load_file(str(out / "model" / "model.safetensors"))
-    fresh = JinaOCRForConditionalGeneration(model.config).state_dict()
+    fresh = checkpoint_layout(JinaOCRForConditionalGeneration(model.config).state_dict())
     assert set(saved) == set(fresh)
     config = json.loads((out / "model" / "config.json").read_text())
     assert not [key for key in config if "glyph" in key or "align" in key]

@@ -117,13 +117,13 @@ def _check_weights(folder: Path) -> None:
     from safetensors import safe_open
 
     from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     config = JinaOCRConfig.from_pretrained(folder)
     with torch.device("meta"):
-        expected = {
-            k: tuple(v.shape) for k, v in JinaOCRForConditionalGeneration(config).state_dict().items()
-        }
+        state = checkpoint_layout(JinaOCRForConditionalGeneration(config).state_dict())
+        expected = {k: tuple(v.shape) for k, v in state.items()}
     found = {}
     for path in files:
         with safe_open(str(path), framework="pt") as handle:

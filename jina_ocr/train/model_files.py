@@ -14,16 +14,22 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
+
 WEIGHTS = "model.safetensors"
 SETTINGS = "jina_ocr_model.json"
 
 
 def save_model_files(folder: str | Path, model, tokenizer, settings: dict[str, Any]) -> Path:
-    """Write ``model``'s weights and config, ``tokenizer`` and ``settings`` (processor mode, provenance)."""
+    """Write ``model``'s weights (in the checkpoint layout, one tensor per expert) and config,
+    ``tokenizer`` and ``settings`` (processor mode, provenance)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.to_json_file(folder / "config.json")
-    state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+    state = {
+        name: tensor.detach().contiguous().cpu()
+        for name, tensor in checkpoint_layout(model.state_dict()).items()
+    }
     tmp = folder / f".{WEIGHTS}.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     tmp.replace(folder / WEIGHTS)
