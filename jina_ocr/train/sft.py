@@ -42,6 +42,7 @@ from jina_ocr.errors import UserError
 from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
+from jina_ocr.train.legacy_checkpoint import fused_optimizer_state
 from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
@@ -191,7 +192,8 @@ def _parameter_groups(model, glyph_head, options: SFTOptions):
     """Decay matrices; leave norms, biases, position tables and the special vectors alone.
 
     The vision towers get their own groups at ``vision_lr_scale`` of the learning rate (with
-    ``--freeze-vision`` they are left out). Each group keeps its peak rate as ``peak_lr``.
+    ``--freeze-vision`` they are left out). Each group keeps its peak rate as ``peak_lr`` and its
+    parameters' ``names``, which a checkpoint then records.
     """
     vision = {id(p) for p in vision_parameters(model)}
     groups = {}
@@ -201,14 +203,15 @@ def _parameter_groups(model, glyph_head, options: SFTOptions):
             continue
         decays = parameter.ndim >= 2 and "pos_embed" not in name and "position_embedding" not in name
         key = (id(parameter) in vision, decays)
-        groups.setdefault(key, []).append(parameter)
+        groups.setdefault(key, []).append((name, parameter))
     return [
         {
-            "params": params,
+            "params": [parameter for _, parameter in named],
+            "names": [name for name, _ in named],
             "weight_decay": options.weight_decay if decays else 0.0,
             "peak_lr": options.lr * (options.vision_lr_scale if is_vision else 1.0),
         }
-        for (is_vision, decays), params in groups.items()
+        for (is_vision, decays), named in groups.items()
     ]
 
 
@@ -311,12 +314,12 @@ class _Trainer:
         self.rewarm_from = progress.step if state is None and options.resume_from is not None else None
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            fresh_groups = _parameter_groups(model, self.glyph_head, options)
+            experts = model.config.n_routed_experts
+            self.optimizer.load_state_dict(fused_optimizer_state(state["optimizer"], fresh_groups, experts))
             # The saved groups bring back their old rates; this invocation's options decide them, so a
             # rerun may change --lr, --vision-lr-scale or --weight-decay and go on from the checkpoint.
-            for group, fresh in zip(
-                self.optimizer.param_groups, _parameter_groups(model, self.glyph_head, options), strict=True
-            ):
+            for group, fresh in zip(self.optimizer.param_groups, fresh_groups, strict=True):
                 group["peak_lr"], group["weight_decay"] = fresh["peak_lr"], fresh["weight_decay"]
 
         layers = model.config.num_hidden_layers
