@@ -204,7 +204,7 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
     out, _, _, after_warm_up, *_ = sft_run
     recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5)  # the run's: its drills set the projector
-    init = starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict()
+    init = checkpoint_layout(starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict())
     vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
     decoder = [k for k in after_warm_up if k.startswith("model.layers.")]
     assert vision and decoder
@@ -224,7 +224,7 @@ def test_the_towers_first_phase_trains_the_towers_alone_until_their_glyph_accura
     args += ["--workers", "0", "--dense-fraction", "0", "--towers-first", "1.01"]
     assert main([*args, "--steps", "2"]) == 0
     recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5)  # the run's: its drills set the projector
-    init = starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict()
+    init = checkpoint_layout(starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict())
     trained = load_file(str(out / "model" / "model.safetensors"))
     vision = [k for k in trained if k.split(".")[1] in VISION_MODULES]
     rest = [k for k in trained if k.split(".")[1] not in VISION_MODULES]
