@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from small_config import SMALL
+from test_model_parity import ref_routed, ref_swiglu_of
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout, fused_layout
@@ -72,23 +72,14 @@ def test_a_checkpoint_missing_an_expert_names_it(model):
         fused_layout(per_expert)
 
 
-def reference_routed(x: torch.Tensor, moe) -> torch.Tensor:
-    """Token by token in float64, from the per-expert tensors of the checkpoint layout."""
+def per_expert_reference(moe):
+    """Expert ``e`` in float64 from the per-expert tensors of the checkpoint layout."""
     prefix = "mlp.experts."
     layer = checkpoint_layout({f"mlp.{k}": v for k, v in moe.state_dict().items()})
     weights = {k[len(prefix) :]: v.double() for k, v in layer.items() if k.startswith(prefix)}
-    out = []
-    for token in x.double():
-        probs = (token @ moe.gate.weight.double().T).softmax(-1)
-        top = probs.topk(SMALL["num_experts_per_tok"])
-        y = torch.zeros_like(token)
-        for p, e in zip(top.values, top.indices.tolist(), strict=True):
-            hidden = F.silu(token @ weights[f"{e}.gate_proj.weight"].T) * (
-                token @ weights[f"{e}.up_proj.weight"].T
-            )
-            y = y + p * (hidden @ weights[f"{e}.down_proj.weight"].T)
-        out.append(y)
-    return torch.stack(out)
+    return lambda token, e: ref_swiglu_of(
+        token, *(weights[f"{e}.{name}_proj.weight"] for name in ("gate", "up", "down"))
+    )
 
 
 @pytest.mark.parametrize("implementation", ["eager", "grouped_mm", "batched_mm"])
@@ -103,7 +94,10 @@ def test_each_experts_implementation_computes_the_routed_experts(model, implemen
             ours = moe(x[None])[0] - moe.shared_experts(x)
     finally:
         model.set_experts_implementation("grouped_mm")
-    torch.testing.assert_close(ours.double(), reference_routed(x, moe), rtol=0, atol=1e-5)
+    expected = ref_routed(
+        x.double(), moe.gate.weight.double(), per_expert_reference(moe), SMALL["num_experts_per_tok"]
+    )
+    torch.testing.assert_close(ours.double(), expected, rtol=0, atol=1e-5)
 
 
 def test_the_grouped_mm_dispatch_reads_nothing_back_from_the_device(model, monkeypatch):

@@ -150,27 +150,40 @@ def ref_clip(sam_features, clip, config):
     return x
 
 
+def ref_swiglu_of(x, gate, up, down):
+    """``down(silu(gate x) * up x)`` from the three weight matrices."""
+    return (F.silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
 def ref_swiglu(x, mlp):
-    return (F.silu(x @ mlp.gate_proj.weight.T) * (x @ mlp.up_proj.weight.T)) @ mlp.down_proj.weight.T
+    return ref_swiglu_of(x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
 
 
 def ref_expert(x, experts, index):
     """Expert ``index`` of the fused layout: its gate rows, then its up rows, in ``gate_up_proj``."""
     gate, up = experts.gate_up_proj[index].split(experts.intermediate_size)
-    return (F.silu(x @ gate.T) * (x @ up.T)) @ experts.down_proj[index].T
+    return ref_swiglu_of(x, gate, up, experts.down_proj[index])
+
+
+def ref_routed(x, router, expert, top_k, renormalise=False, scaling=1.0):
+    """Token by token: softmax over all experts, the top-k probabilities as they are (DeepSeek-OCR) or
+    divided by their sum (``norm_topk_prob``), times ``routed_scaling_factor``; ``expert(token, e)``
+    computes expert ``e``."""
+    out = []
+    for token in x:
+        probs = (token @ router.T).softmax(-1)
+        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[:top_k]
+        total = sum(probs[e] for e in chosen) if renormalise else 1.0
+        out.append(sum(probs[e] / total * scaling * expert(token, e) for e in chosen))
+    return torch.stack(out)
 
 
 def ref_moe(x, moe, top_k, renormalise=False, scaling=1.0):
-    """Token by token: softmax over all experts, the top-k probabilities as they are (DeepSeek-OCR) or
-    divided by their sum (``norm_topk_prob``), times ``routed_scaling_factor``, plus shared experts."""
-    out = []
-    for token in x:
-        probs = (token @ moe.gate.weight.T).softmax(-1)
-        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[:top_k]
-        total = sum(probs[e] for e in chosen) if renormalise else 1.0
-        y = sum(probs[e] / total * scaling * ref_expert(token, moe.experts, e) for e in chosen)
-        out.append(y + ref_swiglu(token, moe.shared_experts))
-    return torch.stack(out)
+    """The routed experts of the fused layout plus the shared experts."""
+    routed = ref_routed(
+        x, moe.gate.weight, lambda token, e: ref_expert(token, moe.experts, e), top_k, renormalise, scaling
+    )
+    return routed + ref_swiglu(x, moe.shared_experts)
 
 
 def ref_rmsnorm(x, norm):
