@@ -79,6 +79,7 @@ def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
             "next_index": 7,
             "stage": "rows",
             "towers_ready": False,
+            "rewarm_from": None,
         }
     )
     recipe = json.loads((out / "options.json").read_text())["recipe"]
@@ -102,6 +103,8 @@ def test_a_run_resumes_from_the_model_files_alone(sft_run):
     assert load_tokenizer(again / "model").get_vocab() == load_tokenizer(out / "model").get_vocab()
     # A fresh optimizer ramps its rate up again instead of starting at the schedule's value.
     assert losses[0]["lr"] < 1e-3 / 10
+    # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping.
+    assert torch.load(again / "checkpoint.pt", weights_only=False)["progress"]["rewarm_from"] == 3
 
 
 def test_training_only_parts_never_ship_with_the_model(sft_run):

@@ -59,15 +59,23 @@ def prompt_ids(processor, prompt: str | None = None) -> list[int]:
 
 
 class TrainingPageStream(IterableDataset):
-    """Pages ``start, start+1, ...`` of ``seed`` as :class:`Example` objects, without end.
+    """Pages ``start, start + stride, start + 2 stride, ...`` of ``seed`` as :class:`Example` objects,
+    without end (a ``stride`` above one gives each data-parallel training process its own pages).
 
-    Worker ``w`` of ``n`` makes the pages whose index is ``w`` modulo ``n`` (counted from ``start``),
-    which is the order in which the DataLoader interleaves the workers. A page the generator cannot
-    lay out is skipped, the same one on every run.
+    Worker ``w`` of ``n`` makes the ``w``-th of every ``n`` pages of the stream, which is the order in
+    which the DataLoader interleaves the workers. A page the generator cannot lay out is skipped, the
+    same one on every run.
     """
 
     def __init__(
-        self, processor, seed: int, recipe: PageRecipe, start: int, max_target_tokens: int, stage: int = 0
+        self,
+        processor,
+        seed: int,
+        recipe: PageRecipe,
+        start: int,
+        max_target_tokens: int,
+        stage: int = 0,
+        stride: int = 1,
     ):
         self.image_processor = processor.image_processor
         self.tokenizer = processor.tokenizer
@@ -77,6 +85,7 @@ class TrainingPageStream(IterableDataset):
         self.start = start
         self.max_target_tokens = max_target_tokens
         self.stage = stage
+        self.stride = stride
 
     def __iter__(self) -> Iterator[Example]:
         info = get_worker_info()
@@ -87,12 +96,12 @@ class TrainingPageStream(IterableDataset):
             # finishes its step and checkpoints (jina_ocr.train.sft), then shuts the workers down.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        index = self.start + worker
+        index = self.start + worker * self.stride
         while True:
             page = self.page(index)
             if page is not None:
                 yield self.example(index, page)
-            index += workers
+            index += workers * self.stride
 
     def page(self, index: int):
         return self.recipe.training_page(self.seed, index, self.stage)

@@ -44,6 +44,7 @@ from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.legacy_checkpoint import fused_optimizer_state
 from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
+from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
@@ -92,19 +93,23 @@ class SFTOptions:
     device: str | None = None
     workers: int = 1
     threads: int | None = None
+    processes: int = 1
     recipe: PageRecipe = field(default_factory=PageRecipe)
 
 
 @dataclass
 class Progress:
-    """Where a run stands: optimizer steps taken, the next training page index, the curriculum stage, and
-    whether the towers-first phase (``towers_first``) is over. Files that predate the phase record no
-    ``towers_ready``: a run resumed from them goes through it when ``towers_first`` asks for it."""
+    """Where a run stands: optimizer steps taken, the next training page index, the curriculum stage,
+    whether the towers-first phase (``towers_first``) is over, and the step from which a run resumed from
+    model files alone ramps its learning rate up again (kept here so that a checkpoint taken during the
+    ramp goes on with it). Files that predate the phase record no ``towers_ready``: a run resumed from
+    them goes through it when ``towers_first`` asks for it."""
 
     step: int = 0
     next_index: int = 1
     stage: int = 0
     towers_ready: bool = False
+    rewarm_from: int | None = None
 
     def record(self) -> dict:
         return {
@@ -112,6 +117,7 @@ class Progress:
             "next_index": self.next_index,
             "stage": STAGES[self.stage],
             "towers_ready": self.towers_ready,
+            "rewarm_from": self.rewarm_from,
         }
 
     @classmethod
@@ -121,6 +127,7 @@ class Progress:
             record["next_index"],
             STAGES.index(record["stage"]),
             record.get("towers_ready", False),
+            record.get("rewarm_from"),
         )
 
 
@@ -255,33 +262,37 @@ def train_step(
     options,
     autocast,
     towers_only: bool = False,
+    processes: Group = SOLO,
 ) -> dict:
     """One update at ``lr_factor`` of each group's peak rate; returns the batch's loss parts before it.
 
     With ``towers_only`` only the towers and the glyph head get gradients; AdamW leaves the decoder as it
-    is (a parameter without a gradient is skipped, weight decay included).
+    is (a parameter without a gradient is skipped, weight decay included). With several ``processes``
+    ``batch`` is this process's share, and the gradients are averaged over the processes before the
+    clipping and the update.
     """
     for group in optimizer.param_groups:
         group["lr"] = group["peak_lr"] * lr_factor
     loss, parts = supervised_losses(model, glyph_head, probes, batch, options, autocast, towers_only)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_([*model.parameters(), *glyph_head.parameters()], options.grad_clip)
+    parameters = [*model.parameters(), *glyph_head.parameters()]
+    processes.average_gradients(parameters)
+    torch.nn.utils.clip_grad_norm_(parameters, options.grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return parts
 
 
-def _log(out: Path, record: dict) -> None:
-    with open(out / "log.jsonl", "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record), flush=True)
-
-
 class _Trainer:
-    """One run: the model, its training-only parts, the optimizer and the held-out sets."""
+    """One run: the model, its training-only parts, the optimizer and the held-out sets.
 
-    def __init__(self, options: SFTOptions):
+    With several ``processes`` (:mod:`jina_ocr.train.parallel`) each one has its own trainer on its share
+    of every batch; process 0's alone evaluates, logs and writes the run's files.
+    """
+
+    def __init__(self, options: SFTOptions, processes: Group = SOLO):
         self.options = options
+        self.processes = processes
         self.out = Path(options.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.device = _device(options)
@@ -301,17 +312,20 @@ class _Trainer:
         settings["sft"] = {
             key: str(value) if isinstance(value, Path) else value
             for key, value in dataclasses.asdict(options).items()
-            if key not in ("out", "device", "workers", "threads")
+            if key not in ("out", "device", "workers", "threads", "processes")
         }
-        (self.out / "options.json").write_text(json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8")
+        if processes.lead:
+            (self.out / "options.json").write_text(
+                json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8"
+            )
 
         model.to(self.device).train()
         if options.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.glyph_head = GlyphHead(model.config.hidden_size, model.config.vocab_size).to(self.device)
         self.optimizer = make_optimizer(model, self.glyph_head, options)
-        # A run resumed from model files alone has a fresh optimizer: its rate ramps up again.
-        self.rewarm_from = progress.step if state is None and options.resume_from is not None else None
+        if state is None and options.resume_from is not None:
+            progress.rewarm_from = progress.step  # a fresh optimizer: the rate ramps up again
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
             fresh_groups = _parameter_groups(model, self.glyph_head, options)
@@ -361,11 +375,22 @@ class _Trainer:
     def learning_rate_factor(self) -> float:
         """The schedule's factor at this step; a run resumed from model files ramps up again."""
         factor = learning_rate_factor(self.progress.step, self.options)
-        if self.rewarm_from is not None:
-            factor *= min(1.0, (self.progress.step - self.rewarm_from + 1) / REWARM_STEPS)
+        if self.progress.rewarm_from is not None:
+            factor *= min(1.0, (self.progress.step - self.progress.rewarm_from + 1) / REWARM_STEPS)
         return factor
 
+    def log(self, record: dict) -> None:
+        """Append ``record`` to the run's log and print it (process 0 only)."""
+        if not self.processes.lead:
+            return
+        with open(self.out / "log.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
     def save_checkpoint(self) -> None:
+        """Write the model files and the checkpoint (process 0 only: the others hold the same state)."""
+        if not self.processes.lead:
+            return
         self.settings["progress"] = self.progress.record()
         save_model_files(self.out / "model", self.model, self.processor.tokenizer, self.settings)
         path = self.out / CHECKPOINT
@@ -442,13 +467,29 @@ class _Trainer:
         stage = STAGES[self.progress.stage]
         record = {"step": self.progress.step, "stage": stage, "phase": "towers"}
         record.update({f"{stage}_{k}": v for k, v in self.measure_glyphs(self.progress.stage).items()})
-        _log(self.out, record)
+        self.log(record)
         if record[f"{stage}_glyph_acc"] >= self.options.towers_first:
             self.progress.towers_ready = True
-            _log(self.out, {"step": self.progress.step, "towers_ready": True})
+            self.log({"step": self.progress.step, "towers_ready": True})
             self.save_checkpoint()
 
     def evaluate(self) -> bool:
+        """Process 0 evaluates, with every process's threads, while the others wait; all then take its
+        decisions (the stage, the end of the towers-first phase). True when the curriculum advanced."""
+        advanced = False
+        if self.processes.lead:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(threads * self.processes.size)
+            try:
+                advanced = self._evaluate()
+            finally:
+                torch.set_num_threads(threads)
+        progress = self.progress
+        stage, ready, advanced = self.processes.broadcast([progress.stage, progress.towers_ready, advanced])
+        progress.stage, progress.towers_ready = stage, bool(ready)
+        return bool(advanced)
+
+    def _evaluate(self) -> bool:
         """Log the held-out metrics; advance the curriculum (and return True) when the stage is passed."""
         if self.towers_phase:
             self.evaluate_towers()
@@ -459,11 +500,11 @@ class _Trainer:
         for measured in sorted({stage, len(STAGES) - 1}):
             record.update({f"{STAGES[measured]}_{k}": v for k, v in self.measure(measured).items()})
         record["eval_seconds"] = round(time.perf_counter() - started, 1)
-        _log(self.out, record)
+        self.log(record)
         thresholds = self.options.recipe.advance_cer
         if stage < len(STAGES) - 1 and record[f"{STAGES[stage]}_cer"] < thresholds[stage]:
             self.progress.stage += 1
-            _log(self.out, {"step": self.progress.step, "advanced_to": STAGES[self.progress.stage]})
+            self.log({"step": self.progress.step, "advanced_to": STAGES[self.progress.stage]})
             self.save_checkpoint()
             return True
         return False
@@ -471,18 +512,21 @@ class _Trainer:
     # -- the loop -----------------------------------------------------------------------------------
 
     def loader(self) -> DataLoader:
-        options = self.options
+        """This process's share of the batches: with ``n`` processes, process ``r`` takes the pages
+        ``next_index + r``, ``next_index + r + n``, ... and ``batch_size / n`` of them per step."""
+        options, processes = self.options, self.processes
         stream = TrainingPageStream(
             self.processor,
             options.seed,
             options.recipe,
-            self.progress.next_index,
+            self.progress.next_index + processes.rank,
             options.max_target_tokens,
             stage=self.progress.stage,
+            stride=processes.size,
         )
         return DataLoader(
             stream,
-            batch_size=options.batch_size,
+            batch_size=options.batch_size // processes.size,
             collate_fn=self.collator,
             num_workers=options.workers,
             prefetch_factor=4 if options.workers else None,
@@ -515,30 +559,30 @@ class _Trainer:
                     options,
                     self.autocast,
                     towers_only=self.towers_phase,
+                    processes=self.processes,
                 )
                 lr = options.lr * factor
                 progress.step += 1
                 if progress.step == vision_warmup and not options.freeze_vision:
                     set_vision_trainable(self.model, True)
-                progress.next_index = int(indices.max()) + 1
-                interval.append(parts)
-                pages_since_log += len(indices)
                 now = time.perf_counter()
+                reason = self._stop_reason(now - started, stop_signal)
+                reason, parts = self._exchange(reason, indices, parts)
+                interval.append(parts)
+                pages_since_log += len(indices) * self.processes.size
                 if progress.step % options.log_every == 0 or progress.step == options.steps:
-                    _log(
-                        self.out,
+                    self.log(
                         self._interval_record(interval, lr, pages_since_log / (now - last_log), started),
                     )
                     interval, pages_since_log, last_log = [], 0, now
                 advanced = (
                     bool(options.eval_every) and progress.step % options.eval_every == 0 and self.evaluate()
                 )
-                reason = self._stop_reason(now - started, stop_signal)
                 if now - last_checkpoint > options.checkpoint_minutes * 60 or reason:
                     self.save_checkpoint()
                     last_checkpoint = time.perf_counter()
                 if reason:
-                    _log(self.out, {"step": progress.step, "stopped": f"{reason}; run again to resume"})
+                    self.log({"step": progress.step, "stopped": f"{reason}; run again to resume"})
                     return self.out / "model"
                 if advanced or progress.step >= options.steps:
                     break  # a new stage draws its pages from a new loader
@@ -546,6 +590,22 @@ class _Trainer:
             self.evaluate()
         self.save_checkpoint()
         return self.out / "model"
+
+    def _exchange(self, reason: str | None, indices: torch.Tensor, parts: dict) -> tuple[str | None, dict]:
+        """The processes' one exchange per step: whether any of them stops, the last page any of them
+        drew (which sets the run's next page index), and the mean of their loss parts. Their stages
+        come along as a check: processes that drew pages of different stages would train a mixture."""
+        progress = self.progress
+        shares = self.processes.gather(
+            [reason is not None, int(indices.max()), progress.stage, *parts.values()]
+        )
+        if len({share[2] for share in shares}) > 1:
+            raise RuntimeError(f"the training processes are in different stages at step {progress.step}")
+        if reason is None and any(share[0] for share in shares):
+            reason = "another training process stopped"
+        progress.next_index = int(max(share[1] for share in shares)) + 1
+        means = [sum(column) / len(shares) for column in zip(*(share[3:] for share in shares), strict=True)]
+        return reason, dict(zip(parts, means, strict=True))
 
     def _stop_reason(self, seconds: float, stop_signal: _StopSignal) -> str | None:
         """Why the run stops after this step, or None to go on."""
@@ -599,9 +659,34 @@ class _StopSignal:
 
 
 def train_sft(options: SFTOptions) -> Path:
-    """Train (or resume) the run in ``options.out``; returns the folder of the trained model files."""
-    if options.threads:
-        torch.set_num_threads(options.threads)
+    """Train (or resume) the run in ``options.out``; returns the folder of the trained model files.
+
+    With ``processes`` above one the run is data-parallel over that many CPU processes
+    (:mod:`jina_ocr.train.parallel`), each with ``threads`` threads and its share of every batch.
+    """
     if options.resume_from is not None and (Path(options.out) / CHECKPOINT).exists():
         raise UserError(f"{options.out} has a checkpoint: rerun without --resume-from to continue from it")
-    return _Trainer(options).run()
+    if options.processes == 1:
+        return _train_process(SOLO, options)
+    if options.processes < 1 or options.batch_size % options.processes:
+        raise UserError(
+            f"--processes {options.processes}: give a number of processes that divides --batch-size "
+            f"{options.batch_size}"
+        )
+    if _device(options).type != "cpu":
+        raise UserError(f"--processes splits batches over CPU processes; on {_device(options)} leave it out")
+    run_processes(options.processes, _train_process, options)
+    return Path(options.out) / "model"
+
+
+def _train_process(processes: Group, options: SFTOptions) -> Path:
+    """The run in one process. Process 0 builds (or loads) the run first, so that the others start
+    from the checkpoint it wrote, with the same weights."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    if not processes.lead:
+        processes.barrier()
+    trainer = _Trainer(options, processes)
+    if processes.lead:
+        processes.barrier()
+    return trainer.run()

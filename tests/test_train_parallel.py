@@ -1,0 +1,177 @@
+"""Data-parallel ``train sft`` (``--processes``): the processes average their gradients, share the pages
+of every batch, follow process 0's decisions, and leave a run that one process can go on with."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from small_config import IMAGE, SMALL
+
+from jina_ocr.cli import main
+from jina_ocr.errors import UserError
+from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+from jina_ocr.train.data import Collator, Example, TrainingPageStream
+from jina_ocr.train.parallel import run_processes
+from jina_ocr.train.sft import SFTOptions, _Trainer, supervised_losses, train_sft, train_step
+from jina_ocr.train.supervision import AttentionProbes, GlyphHead
+
+PROMPT = [3, 4, *[IMAGE] * 7, 5]  # a 128 px view: 2 x 2 cells, two newlines, the separator
+
+
+def _small_setup():
+    torch.manual_seed(0)
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).train()
+    head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
+    probes = AttentionProbes(model, [1], head=0, text_start=len(PROMPT) - 1, visual=slice(2, 9))
+    return model, head, probes
+
+
+def _page_batch(index: int) -> dict:
+    """Page ``index`` of two made-up pages as a one-row batch; their target lengths differ."""
+    generator = torch.Generator().manual_seed(index)
+    length = 9 + 4 * index
+    glyphs = torch.full((4, 2, 6), -1)
+    glyphs[index, 0, :2] = torch.tensor([10 + index, 11])
+    example = Example(
+        index,
+        torch.randn(3, 128, 128, generator=generator),
+        torch.randint(8, 40, (length,), generator=generator).tolist() + [1],
+        "",
+        ([0, 1, 3] * length)[:length] + [-1],
+        glyphs,
+    )
+    batch = Collator(PROMPT, pad_token_id=2)([example])
+    batch.pop("indices")
+    return batch
+
+
+def _sgd(model, head):
+    """Plain SGD at rate 1: the update is minus the gradient, so the weights show the gradient itself."""
+    return torch.optim.SGD([{"params": [*model.parameters(), *head.parameters()], "peak_lr": 1.0}], lr=1.0)
+
+
+OPTIONS = dict(grad_clip=1e9)  # no clipping: the averaging is under test
+
+
+def _one_step_on_own_page(group, folder):
+    """Each process: one SGD step of ``train_step`` on its own page, then its weights and an average of
+    gradients of which process 0 lacks one."""
+    torch.set_num_threads(1)
+    model, head, probes = _small_setup()
+    options = SFTOptions(out=folder, **OPTIONS)
+    autocast = torch.autocast("cpu", enabled=False)
+    train_step(
+        model,
+        head,
+        probes,
+        _page_batch(group.rank),
+        _sgd(model, head),
+        1.0,
+        options,
+        autocast,
+        processes=group,
+    )
+    present, absent = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))
+    present.grad = torch.full((2,), 1.0 + 2 * group.rank)
+    if group.rank == 1:
+        absent.grad = torch.full((3,), 4.0)
+    group.average_gradients([present, absent])
+    torch.save(
+        {
+            "weights": {**model.state_dict(), **head.state_dict(prefix="head.")},
+            "grads": [present.grad, absent.grad],
+        },
+        folder / f"rank{group.rank}.pt",
+    )
+
+
+def test_two_processes_take_the_step_of_their_mean_gradient(tmp_path):
+    run_processes(2, _one_step_on_own_page, tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    # Independently: each page's gradient in one process, their mean, one SGD step by hand.
+    model, head, probes = _small_setup()
+    start = {**model.state_dict(), **head.state_dict(prefix="head.")}
+    start = {key: value.clone() for key, value in start.items()}
+    named = {**dict(model.named_parameters()), **dict(head.named_parameters(prefix="head"))}
+    mean = {name: torch.zeros_like(p) for name, p in named.items()}
+    for page in range(2):
+        loss, _ = supervised_losses(
+            model,
+            head,
+            probes,
+            _page_batch(page),
+            SFTOptions(out=tmp_path, **OPTIONS),
+            torch.autocast("cpu", enabled=False),
+        )
+        model.zero_grad(), head.zero_grad()
+        loss.backward()
+        for name, parameter in named.items():
+            if parameter.grad is not None:  # the FastMTP head, say, has no part in this loss
+                mean[name] += parameter.grad / 2
+    for name in named:
+        for rank in ranks:
+            torch.testing.assert_close(rank["weights"][name], start[name] - mean[name], rtol=1e-5, atol=1e-6)
+    for key, value in ranks[0]["weights"].items():
+        assert torch.equal(value, ranks[1]["weights"][key]), key  # the processes stay identical
+    # A gradient one process lacks counts as zero there: (1 + 3) / 2 and (0 + 4) / 2, in both.
+    for rank in ranks:
+        assert rank["grads"][0].tolist() == [2.0, 2.0] and rank["grads"][1].tolist() == [2.0, 2.0, 2.0]
+
+
+def _log(folder):
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+COMMON = ["--batch-size", "4", "--eval-pages", "1", "--log-every", "1", "--max-target-tokens", "16"]
+COMMON += ["--warmup", "1", "--threads", "1", "--workers", "0", "--advance-cer", "100", "100"]
+
+
+def test_a_two_process_run_shares_each_batch_follows_process_0_and_resumes_in_one(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "sft", str(out), *COMMON, "--processes", "2", "--eval-every", "1", "--steps", "2"]
+    assert main(args) == 0
+    log = _log(out)
+    losses = [r for r in log if "loss" in r]
+    # One record per step (process 0 logs alone), the batch's four pages counted once each.
+    assert [(r["step"], r["pages"], r["stage"]) for r in losses] == [(1, 4, "line"), (2, 8, "rows")]
+    # Process 0's evaluation at step 1 passed the stage: both processes drew step 2 from the next one.
+    assert [(r["step"], r["advanced_to"]) for r in log if "advanced_to" in r] == [(1, "rows"), (2, "page")]
+    progress = torch.load(out / "checkpoint.pt", weights_only=False)["progress"]
+    assert (progress["step"], progress["next_index"], progress["stage"]) == (2, 9, "page")
+
+    # The logged loss of step 1 is the mean of the losses of pages 1 and 3 (process 0's share) and of
+    # pages 2 and 4 (process 1's) under the starting weights, from which a one-process trainer of the
+    # same options also starts.
+    options = SFTOptions(out=tmp_path / "solo", eval_pages=1, max_target_tokens=16, workers=0)
+    solo = _Trainer(options)
+    stream = TrainingPageStream(solo.processor, 0, options.recipe, 1, 16)
+    shares = []
+    for pages in ((1, 3), (2, 4)):
+        batch = solo.collator([stream.example(index, stream.page(index)) for index in pages])
+        batch.pop("indices")
+        shares.append(solo.losses(batch)[1]["lm"])
+    assert losses[0]["loss"] == pytest.approx(sum(shares) / 2, abs=2e-4)
+    assert abs(shares[0] - shares[1]) > 1e-3  # so one share alone would not pass
+
+    # One process goes on from the two processes' checkpoint.
+    assert main(["train", "sft", str(out), *COMMON, "--eval-every", "0", "--steps", "3"]) == 0
+    last = [r for r in _log(out) if "loss" in r][-1]
+    assert (last["step"], last["pages"], last["stage"]) == (3, 12, "page")
+
+
+def test_a_failing_process_ends_the_others_with_a_clear_error(tmp_path, capsys):
+    # Process 0 rejects the option while building the run; process 1, waiting for it, is ended.
+    args = ["train", "sft", str(tmp_path / "run"), *COMMON, "--processes", "2", "--align-layers", "9"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"training process \d of 2 failed", err)
+
+
+def test_processes_must_divide_the_batch(tmp_path):
+    options = SFTOptions(out=tmp_path, batch_size=3, processes=2)
+    with pytest.raises(UserError, match="divides --batch-size 3"):
+        train_sft(options)
