@@ -301,17 +301,11 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
     """The optimiser, its schedule and the training step of ``train sft`` must fit one fixed batch: a
     learning rate of zero, a dead schedule or a step that does not update the weights leaves the loss
     where it started."""
-    from small_config import IMAGE, SMALL
+    from training_helpers import PROMPT, small_trainee
 
-    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
     from jina_ocr.train.sft import learning_rate_factor, make_optimizer, train_step
-    from jina_ocr.train.supervision import AttentionProbes, GlyphHead
 
-    torch.manual_seed(0)
-    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).train()
-    head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
-    prompt = [3, 4, *[IMAGE] * 7, 5]  # a 128 px view: 2 x 2 cells, two newlines, the separator
-    probes = AttentionProbes(model, [1], head=0, text_start=len(prompt) - 1, visual=slice(2, 9))
+    model, head, probes = small_trainee()
     generator = torch.Generator().manual_seed(1)
     glyphs = torch.full((4, 2, 6), -1)
     glyphs[0, 0, :3] = torch.tensor([10, 11, 12])
@@ -326,7 +320,7 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
         )
         for i in range(2)
     ]
-    batch = Collator(prompt, pad_token_id=2)(examples)
+    batch = Collator(PROMPT, pad_token_id=2)(examples)
     batch.pop("indices")
     options = SFTOptions(out=tmp_path, steps=20, warmup=2, lr=1e-2)
     optimizer = make_optimizer(model, head, options)

@@ -8,26 +8,13 @@ import re
 
 import pytest
 import torch
-from small_config import IMAGE, SMALL
+from training_helpers import PROMPT, small_trainee
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.train.data import Collator, Example, TrainingPageStream
 from jina_ocr.train.parallel import run_processes
 from jina_ocr.train.sft import SFTOptions, _Trainer, supervised_losses, train_sft, train_step
-from jina_ocr.train.supervision import AttentionProbes, GlyphHead
-
-PROMPT = [3, 4, *[IMAGE] * 7, 5]  # a 128 px view: 2 x 2 cells, two newlines, the separator
-
-
-def _small_setup():
-    torch.manual_seed(0)
-    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).train()
-    head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
-    probes = AttentionProbes(model, [1], head=0, text_start=len(PROMPT) - 1, visual=slice(2, 9))
-    return model, head, probes
 
 
 def _page_batch(index: int) -> dict:
@@ -61,7 +48,7 @@ def _one_step_on_own_page(group, folder):
     """Each process: one SGD step of ``train_step`` on its own page, then its weights and an average of
     gradients of which process 0 lacks one."""
     torch.set_num_threads(1)
-    model, head, probes = _small_setup()
+    model, head, probes = small_trainee()
     options = SFTOptions(out=folder, **OPTIONS)
     autocast = torch.autocast("cpu", enabled=False)
     train_step(
@@ -93,7 +80,7 @@ def test_two_processes_take_the_step_of_their_mean_gradient(tmp_path):
     run_processes(2, _one_step_on_own_page, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # Independently: each page's gradient in one process, their mean, one SGD step by hand.
-    model, head, probes = _small_setup()
+    model, head, probes = small_trainee()
     start = {**model.state_dict(), **head.state_dict(prefix="head.")}
     start = {key: value.clone() for key, value in start.items()}
     named = {**dict(model.named_parameters()), **dict(head.named_parameters(prefix="head"))}

@@ -513,7 +513,11 @@ class _Trainer:
 
     def loader(self) -> DataLoader:
         """This process's share of the batches: with ``n`` processes, process ``r`` takes the pages
-        ``next_index + r``, ``next_index + r + n``, ... and ``batch_size / n`` of them per step."""
+        ``next_index + r``, ``next_index + r + n``, ... and ``batch_size / n`` of them per step.
+
+        A page the generator skips (see :class:`TrainingPageStream`) puts that process one page further
+        on; a new loader (on resuming, or in a new stage) starts after the highest page any process drew,
+        so no page is drawn twice, though a few that an uninterrupted run would have used are passed over."""
         options, processes = self.options, self.processes
         stream = TrainingPageStream(
             self.processor,
