@@ -18,11 +18,10 @@ from pathlib import Path
 
 import torch
 
-from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
 from jina_ocr.train.drills import BODY_FONTS, STAGES
 from jina_ocr.train.glyphs import GLYPH_SLOTS
 from jina_ocr.train.model_files import load_model_files
-from jina_ocr.train.sft import CHECKPOINT, SFTOptions
+from jina_ocr.train.sft import CHECKPOINT, SFTOptions, held_out_batch
 from jina_ocr.train.supervision import GlyphHead
 
 EMPTY = -1  # how glyph targets mark an empty slot
@@ -37,12 +36,7 @@ def glyph_predictions(run: Path, stage: int, pages: int, autocast) -> tuple:
     model.eval()
     head = GlyphHead(model.config.hidden_size, model.config.vocab_size)
     head.load_state_dict(state["glyph_head"])
-    options = SFTOptions(out=run)
-    held_out = options.recipe.held_out_pages(stage, options.eval_seed, pages)
-    stream = TrainingPageStream(processor, options.seed, options.recipe, 1, options.max_target_tokens)
-    batch = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)(
-        [stream.example(i, page) for i, page in enumerate(held_out)]
-    )
+    held_out, batch = held_out_batch(processor, SFTOptions(out=run, eval_pages=pages), stage)
     with torch.no_grad(), autocast:
         logits = head(model.model.encode_views(batch["pixel_values"]))
     predicted = logits.argmax(-1)

@@ -29,6 +29,7 @@ from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.sft import (
     PROBED_HEAD,
     SFTOptions,
+    held_out_batch,
     make_optimizer,
     starting_model,
     supervised_losses,
@@ -93,7 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    options = SFTOptions(out="", seed=args.seed, stage=args.stage, lr=args.lr)
+    options = SFTOptions(out="", seed=args.seed, stage=args.stage, lr=args.lr, eval_pages=args.eval_pages)
     if args.source:
         model, processor = load_model_files(args.source)
     else:
@@ -110,9 +111,7 @@ def main() -> None:
     stage = STAGES.index(args.stage)
     stream = TrainingPageStream(processor, args.seed, options.recipe, 1, options.max_target_tokens, stage)
     collate = Collator(prompt, processor.tokenizer.pad_token_id)
-    held_out = options.recipe.held_out_pages(stage, options.eval_seed, args.eval_pages)
-    held_out_batch = collate([stream.example(i, page) for i, page in enumerate(held_out)])
-    held_out_batch.pop("indices")
+    _, held_out = held_out_batch(processor, options, stage)
 
     print(f"stage {args.stage}, seed {args.seed}, bf16 {args.bf16}, from {args.source or 'a fresh model'}")
     print("held-out glyph slot accuracy:")
@@ -121,9 +120,7 @@ def main() -> None:
     started = time.perf_counter()
 
     def report(step: int) -> None:
-        accuracies = " | ".join(
-            f"{v.glyph_accuracy(held_out_batch, autocast):.3f}" for v in variants.values()
-        )
+        accuracies = " | ".join(f"{v.glyph_accuracy(held_out, autocast):.3f}" for v in variants.values())
         print(f"| {step} | {accuracies} | {(time.perf_counter() - started) / 60:.1f} |", flush=True)
 
     report(0)

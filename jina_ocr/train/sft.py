@@ -283,6 +283,17 @@ def train_step(
     return parts
 
 
+def held_out_batch(processor, options: SFTOptions, stage: int) -> tuple[list, dict]:
+    """``options.eval_pages`` held-out pages of ``stage`` (seed ``options.eval_seed``) and their
+    teacher-forcing batch on the CPU, with the glyph targets: what every evaluation of a run reads."""
+    pages = options.recipe.held_out_pages(stage, options.eval_seed, options.eval_pages)
+    stream = TrainingPageStream(processor, options.seed, options.recipe, 1, options.max_target_tokens)
+    collate = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
+    batch = collate([stream.example(i, page) for i, page in enumerate(pages)])
+    batch.pop("indices")
+    return pages, batch
+
+
 class _Trainer:
     """One run: the model, its training-only parts, the optimizer and the held-out sets.
 
@@ -411,14 +422,7 @@ class _Trainer:
     def held_out_set(self, stage: int) -> tuple[list, dict]:
         """The held-out pages of ``stage`` and their teacher-forcing batch (built once per run)."""
         if stage not in self.held_out:
-            options = self.options
-            pages = options.recipe.held_out_pages(stage, options.eval_seed, options.eval_pages)
-            stream = TrainingPageStream(
-                self.processor, options.seed, options.recipe, 1, options.max_target_tokens
-            )
-            batch = self.collator([stream.example(i, page) for i, page in enumerate(pages)])
-            batch.pop("indices")
-            self.held_out[stage] = (pages, batch)
+            self.held_out[stage] = held_out_batch(self.processor, self.options, stage)
         return self.held_out[stage]
 
     @torch.no_grad()
