@@ -14,6 +14,7 @@ import torch
 import jina_ocr.synth as synth
 import jina_ocr.train.drills as drills
 from jina_ocr.train.drills import STAGES, drill_page, drill_word
+from jina_ocr.train.glyphs import printed_glyphs
 from jina_ocr.train.held_out_words import HELD_OUT_WORDS
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.vision import standardize_projector
@@ -42,18 +43,48 @@ def test_drill_ground_truth_is_the_printed_text(stage):
         assert page.markdown.count("# ") <= 1 and (stage != "line" or "# " not in page.markdown)
 
 
-def test_early_stages_put_one_line_on_each_row_of_visual_tokens():
+def _glyph_rows(page, row: float) -> list[set[int]]:
+    """For each printed line, the rows of visual tokens its glyphs' centres fall in."""
+    glyphs, _ = printed_glyphs(page.pdf_bytes)
+    rows: dict[int, set[int]] = {}
+    for glyph in glyphs:
+        rows.setdefault(glyph.line, set()).add(int((glyph.box[1] + glyph.box[3]) / 2 // row))
+    return [rows[line] for line in sorted(rows)]
+
+
+def test_early_stages_put_one_line_on_each_row_of_visual_tokens_at_any_height_in_it():
     row = RECIPE.row_height()
+    phases = []
     for stage, counts in (("line", range(1, 4)), ("rows", range(2, 9))):
         for seed in range(12):
-            lines = _printed_lines(RECIPE.drill(stage, f"test/{seed}"))
-            body = [y for y, _, size in lines if size < 24.5]
-            assert len(body) in counts
-            for y, _, size in lines:
+            page = RECIPE.drill(stage, f"test/{seed}")
+            lines = _printed_lines(page)
+            assert len([y for y, _, size in lines if size < 24.5]) in counts
+            rows = _glyph_rows(page, row)
+            assert all(len(line) == 1 for line in rows) and len(set.union(*rows)) == len(rows) == len(lines)
+            phases += [y % row / row for y, _, _ in lines]
+    # Baselines anywhere in their row: each quarter of the row holds some of them.
+    assert {int(4 * phase) for phase in phases} == {0, 1, 2, 3}
+
+
+def test_a_row_phase_of_zero_keeps_lines_at_the_height_of_earlier_runs():
+    fixed = PageRecipe(row_phase=0.0)
+    row = fixed.row_height()
+    for stage in ("line", "rows"):
+        for seed in range(12):
+            for y, _, size in _printed_lines(fixed.drill(stage, f"test/{seed}")):
                 # The whole line (cap height above, descenders below the baseline) sits inside one row.
                 top, bottom = y - 0.75 * size, y + 0.25 * size
                 assert int(top // row) == int(bottom // row)
-            assert len({int(y // row) for y, _, _ in lines}) == len(lines)
+    # Pages drawn before the option existed (recorded then) are drawn again exactly.
+    assert [round(y, 3) for y, _, _ in _printed_lines(fixed.drill("rows", "pin/1"))] == [
+        137.797,
+        212.207,
+        249.412,
+        286.617,
+        323.822,
+    ]
+    assert fixed.drill("rows", "pin/1").markdown == RECIPE.drill("rows", "pin/1").markdown
 
 
 def test_the_last_stage_is_the_target_format():
@@ -156,6 +187,8 @@ def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
     assert "--advance-cer takes 2 values" in capsys.readouterr().err
     assert main(["train", "sft", str(tmp_path / "run"), "--letter-words", "1.5"]) != 0
     assert "--letter-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--row-phase", "-0.5"]) != 0
+    assert "--row-phase -0.5: give a share from 0 to 1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

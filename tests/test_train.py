@@ -43,7 +43,7 @@ def sft_run(tmp_path_factory):
     common = ["train", "sft", str(out), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "2"]
     common += ["--log-every", "1", "--max-target-tokens", "24", "--warmup", "1", "--threads", "2"]
     common += ["--workers", "0", "--vision-warmup-steps", "2", "--advance-cer", "100", "100"]
-    common += ["--dense-fraction", "0.5", "--letter-words", "0.5"]
+    common += ["--dense-fraction", "0.5", "--letter-words", "0.5", "--row-phase", "0.5"]
     assert main([*common, "--steps", "2"]) == 0
     first = _log(out)
     first_weights = load_file(str(out / "model" / "model.safetensors"))
@@ -83,7 +83,7 @@ def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
         }
     )
     recipe = json.loads((out / "options.json").read_text())["recipe"]
-    assert recipe["dense_fraction"] == 0.5 and recipe["letter_words"] == 0.5
+    assert recipe["dense_fraction"] == recipe["letter_words"] == recipe["row_phase"] == 0.5
 
 
 def test_the_curriculum_advances_on_the_held_out_metric(sft_run):
@@ -206,7 +206,9 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     """The run's first two steps (--vision-warmup-steps 2) leave SAM, CLIP and the projector exactly at
     their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
     out, _, _, after_warm_up, *_ = sft_run
-    recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5)  # the run's: its drills set the projector
+    recipe = PageRecipe(
+        dense_fraction=0.5, letter_words=0.5, row_phase=0.5
+    )  # the run's: its drills set the projector
     init = checkpoint_layout(starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict())
     vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
     decoder = [k for k in after_warm_up if k.startswith("model.layers.")]

@@ -111,6 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of drill words made of random letters, which only reading predicts (recipe: 0)",
     )
     sft.add_argument(
+        "--row-phase",
+        type=float,
+        help="share of a row of visual tokens over which the early stages' lines move within it, so the "
+        "towers learn glyphs at every height (recipe: 1; 0: the fixed height of earlier runs)",
+    )
+    sft.add_argument(
         "--drill-fonts",
         nargs="+",
         help="body fonts of the drills, of helv, tiro and cour (recipe: all three)",
@@ -218,8 +224,9 @@ def _sft(args: argparse.Namespace) -> Path:
                 f"({', '.join(STAGES[:-1])})"
             )
         args.advance_cer = tuple(args.advance_cer)
-    if args.letter_words is not None and not 0 <= args.letter_words <= 1:
-        raise UserError(f"--letter-words {args.letter_words}: give a share from 0 to 1")
+    for flag, share in (("--letter-words", args.letter_words), ("--row-phase", args.row_phase)):
+        if share is not None and not 0 <= share <= 1:
+            raise UserError(f"{flag} {share}: give a share from 0 to 1")
     args.align_layers = tuple(args.align_layers)
     names = {
         name
@@ -229,7 +236,7 @@ def _sft(args: argparse.Namespace) -> Path:
     recipe = PageRecipe(
         **{
             name: value
-            for name in ("drill_fonts", "dense_fraction", "advance_cer", "letter_words")
+            for name in ("drill_fonts", "dense_fraction", "advance_cer", "letter_words", "row_phase")
             if (value := getattr(args, name)) is not None
         }
     )

@@ -13,6 +13,10 @@ grow with the curriculum (:mod:`jina_ocr.train.recipe`):
 - ``page``: the target format, a 24-32 pt heading and two to eight lines of 18-22 pt body text at
   natural leading (1.15-1.5), so a cell row holds parts of two lines.
 
+Where in its row a line of the first two stages sits is drawn anew for each page (``phase``): towers
+trained on lines always at the same height in their row learn glyph templates of that one height and
+read next to nothing a few points off it, where most lines of the target format are.
+
 Pages are set with PyMuPDF's ``insert_text`` in the base-14 fonts, which is also how a plain printed
 page outside the generator is made. The held-out pages of :mod:`jina_ocr.train.held_out_words` use the
 same layouts with words no drill ever prints.
@@ -130,16 +134,20 @@ def drill_page(
     held_out: bool = False,
     lines: int | None = None,
     letters: float = 0.0,
+    phase: float = 0.0,
 ) -> DrillPage:
     """Drill ``seed`` of ``stage`` on an A5 page whose visual-token rows are ``row_height`` points tall.
 
     ``held_out`` draws the words from the held-out list instead; ``lines`` fixes the number of body
     lines (otherwise drawn from the stage's range); ``letters`` is the share of words of random letters
-    (:func:`drill_word`).
+    (:func:`drill_word`); ``phase`` is the share of a row over which the baselines of a ``line`` or
+    ``rows`` drill are drawn around 70 % of a row (0: always there, +-2 pt, the pages of recipes that
+    predate the option; 1: any height in the row).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
-    rng = random.Random(f"jina-ocr-train/{'held-out' if held_out else 'drill'}/{stage}/{seed}")
+    key = f"jina-ocr-train/{'held-out' if held_out else 'drill'}/{stage}/{seed}"
+    rng = random.Random(key)
     words = random.Random(rng.random())
 
     def draw() -> str:
@@ -160,8 +168,11 @@ def drill_page(
     else:
         size = rng.choice((18.0, 20.0, 22.0, 24.0))
         leading = row_height
-        # Baselines at 70 % of a cell row (+-2 pt): ascenders and descenders stay inside the row.
+        # Baselines around 70 % of a cell row (+-2 pt), where ascenders and descenders stay inside it,
+        # moved by up to half of ``phase`` rows either way (a draw of its own: the rest of the page is
+        # that of a phase of 0).
         y = row_height * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
+        y += row_height * phase * (random.Random(f"{key}/phase").random() - 0.5)
     with_heading = (stage == "page" and rng.random() < 0.9) or (stage == "rows" and rng.random() < 0.4)
     if with_heading:
         head_size = rng.choice((24.0, 26.0, 28.0, 30.0, 32.0))

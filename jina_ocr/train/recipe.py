@@ -74,7 +74,8 @@ class PageRecipe:
     ``advance_cer[k]`` is the held-out character error rate below which stage ``k`` hands over to stage
     ``k + 1`` (one threshold per stage but the last). ``letter_words`` is the share of drill words made
     of random letters: the vocabulary and nonsense words have a language a decoder can learn instead of
-    reading, which held-out words do not share.
+    reading, which held-out words do not share. ``row_phase`` is the share of a row over which the lines
+    of the early stages move within their row of visual tokens (:func:`~jina_ocr.train.drills.drill_page`).
     """
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
@@ -84,6 +85,7 @@ class PageRecipe:
     advance_cer: tuple[float, ...] = (0.25, 0.15)
     mode: str = PROCESSOR_MODE
     letter_words: float = 0.0
+    row_phase: float = 1.0
 
     @property
     def view_size(self) -> int:
@@ -119,6 +121,7 @@ class PageRecipe:
             dpi=self.dpi,
             fonts=self.drill_fonts,
             letters=self.letter_words,
+            phase=self.row_phase,
             **kwargs,
         )
 

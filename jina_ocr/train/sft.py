@@ -285,13 +285,18 @@ def train_step(
 
 def held_out_batch(processor, options: SFTOptions, stage: int) -> tuple[list, dict]:
     """``options.eval_pages`` held-out pages of ``stage`` (seed ``options.eval_seed``) and their
-    teacher-forcing batch on the CPU, with the glyph targets: what every evaluation of a run reads."""
+    teacher-forcing batch: what every evaluation of a run reads."""
     pages = options.recipe.held_out_pages(stage, options.eval_seed, options.eval_pages)
+    return pages, page_batch(processor, options, pages)
+
+
+def page_batch(processor, options: SFTOptions, pages: list) -> dict:
+    """The teacher-forcing batch of ``pages`` on the CPU, with their glyph targets."""
     stream = TrainingPageStream(processor, options.seed, options.recipe, 1, options.max_target_tokens)
     collate = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
     batch = collate([stream.example(i, page) for i, page in enumerate(pages)])
     batch.pop("indices")
-    return pages, batch
+    return batch
 
 
 class _Trainer:
