@@ -22,7 +22,7 @@ from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.model_files import load_model_files, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
-from jina_ocr.train.sft import SFTOptions, _Trainer, starting_model
+from jina_ocr.train.sft import SFTOptions, _Trainer, starting_model, supervised_losses
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import VISION_MODULES
 
@@ -346,3 +346,38 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
         ).loss.item()
     assert final <= parts[0]["lm"] / 2, [p["lm"] for p in parts]
     assert parts[-1]["align"] < parts[0]["align"] and parts[-1]["glyph"] < parts[0]["glyph"]
+
+
+def test_towers_from_glyphs_learn_from_the_glyph_loss_alone(tmp_path):
+    """With --towers-from-glyphs the towers' gradient is exactly that of the weighted glyph loss computed
+    on its own, while the decoder still learns; without it the decoder's losses reach the towers too."""
+    from training_helpers import page_batch, small_trainee
+
+    from jina_ocr.train.supervision import glyph_loss
+    from jina_ocr.train.vision import vision_parameters
+
+    options = SFTOptions(out=tmp_path, glyph_weight=4.0)
+    autocast = torch.autocast("cpu", enabled=False)
+
+    def gradients(detach_visual: bool) -> tuple[list, list]:
+        model, head, probes = small_trainee(detach_visual)
+        loss, _ = supervised_losses(model, head, probes, page_batch(1), options, autocast)
+        loss.backward()
+        decoder = [p.grad for p in model.model.layers.parameters() if p.grad is not None]
+        return [p.grad for p in vision_parameters(model)], decoder
+
+    model, head, _ = small_trainee()
+    batch = page_batch(1)
+    loss, _ = glyph_loss(
+        head(model.model.encode_views(batch["pixel_values"])), batch["cell_glyphs"], head.empty
+    )
+    (options.glyph_weight * loss).backward()
+    expected = [p.grad for p in vision_parameters(model)]
+
+    towers, decoder = gradients(detach_visual=True)
+    assert decoder and any(g.abs().sum() > 0 for g in decoder)
+    assert len(towers) == len(expected)
+    for got, want in zip(towers, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    towers, _ = gradients(detach_visual=False)
+    assert not all(torch.allclose(got, want) for got, want in zip(towers, expected, strict=True))

@@ -8,32 +8,13 @@ import re
 
 import pytest
 import torch
-from training_helpers import PROMPT, small_trainee
+from training_helpers import page_batch, small_trainee
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
-from jina_ocr.train.data import Collator, Example, TrainingPageStream
+from jina_ocr.train.data import TrainingPageStream
 from jina_ocr.train.parallel import run_processes
 from jina_ocr.train.sft import SFTOptions, _Trainer, supervised_losses, train_sft, train_step
-
-
-def _page_batch(index: int) -> dict:
-    """Page ``index`` of two made-up pages as a one-row batch; their target lengths differ."""
-    generator = torch.Generator().manual_seed(index)
-    length = 9 + 4 * index
-    glyphs = torch.full((4, 2, 6), -1)
-    glyphs[index, 0, :2] = torch.tensor([10 + index, 11])
-    example = Example(
-        index,
-        torch.randn(3, 128, 128, generator=generator),
-        torch.randint(8, 40, (length,), generator=generator).tolist() + [1],
-        "",
-        ([0, 1, 3] * length)[:length] + [-1],
-        glyphs,
-    )
-    batch = Collator(PROMPT, pad_token_id=2)([example])
-    batch.pop("indices")
-    return batch
 
 
 def _sgd(model, head):
@@ -55,7 +36,7 @@ def _one_step_on_own_page(group, folder):
         model,
         head,
         probes,
-        _page_batch(group.rank),
+        page_batch(group.rank),
         _sgd(model, head),
         1.0,
         options,
@@ -90,7 +71,7 @@ def test_two_processes_take_the_step_of_their_mean_gradient(tmp_path):
             model,
             head,
             probes,
-            _page_batch(page),
+            page_batch(page),
             SFTOptions(out=tmp_path, **OPTIONS),
             torch.autocast("cpu", enabled=False),
         )

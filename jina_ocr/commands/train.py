@@ -85,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reaches ACC, then the whole model (0: whole model from the first step)",
     )
     sft.add_argument(
+        "--towers-from-glyphs",
+        action="store_true",
+        help="the vision towers learn from the glyph loss alone, at --vision-lr-scale of the rate: the "
+        "decoder's losses stop at the visual tokens",
+    )
+    sft.add_argument(
         "--tokenizer-pages", type=int, default=300, help="pages BPE merges are learnt from (300)"
     )
     sft.add_argument(

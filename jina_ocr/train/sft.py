@@ -16,7 +16,9 @@ A run lives in one output folder (keep it outside the repository while it goes o
 The loss is the next-token loss plus the two training-only terms of :mod:`jina_ocr.train.supervision`
 (``glyph_weight`` and ``align_weight``). With ``towers_first`` a run starts with the vision towers alone
 on the glyph loss, until their held-out glyph accuracy reaches it: inside the whole model from the first
-step they learnt glyphs several times more slowly. The curriculum (:mod:`jina_ocr.train.recipe`)
+step they learnt glyphs several times more slowly. With ``towers_from_glyphs`` the glyph loss is all the
+towers ever learn from: the decoder's losses stop at the visual tokens, so the towers can train at a
+rate of their own without the decoder's gradient undoing what they learn. The curriculum (:mod:`jina_ocr.train.recipe`)
 advances when the held-out character error rate of the current stage drops below its threshold. Every
 evaluation logs, for the held-out pages of the current stage and of the last stage: the character error
 rate of greedy transcriptions, the loss, the "image gap" (how much the loss rises when every page gets
@@ -85,6 +87,7 @@ class SFTOptions:
     align_weight: float = 1.0
     align_layers: tuple[int, ...] = (1, 2)
     towers_first: float = 0.0
+    towers_from_glyphs: bool = False
     vision_warmup_steps: int = 0
     vision_lr_scale: float = 1.0
     freeze_vision: bool = False
@@ -367,6 +370,7 @@ class _Trainer:
             PROBED_HEAD,
             text_start=len(self.prompt) - 1,
             visual=slice(first_visual, first_visual + visual_count),
+            detach_visual=options.towers_from_glyphs,
         )
         self.collator = Collator(self.prompt, processor.tokenizer.pad_token_id)
         self.held_out: dict[int, tuple[list, dict]] = {}

@@ -66,10 +66,15 @@ class AttentionProbes:
     head's scores from the attention module's own inputs (hidden states, rotary tables, mask), so the
     model runs with any attention implementation and is left unchanged. Only the rows of the text
     positions (from ``text_start``) and the columns of the visual tokens (``visual`` slice) are kept.
+    With ``detach_visual`` the decoder gets the visual tokens cut from the towers' graph: only what
+    reads the kept tokens (the glyph head) then sends a gradient into the towers.
     """
 
-    def __init__(self, model, layers: list[int], head: int, text_start: int, visual: slice):
+    def __init__(
+        self, model, layers: list[int], head: int, text_start: int, visual: slice, detach_visual: bool = False
+    ):
         self.text_start, self.visual, self.head = text_start, visual, head
+        self.detach_visual = detach_visual
         self.active = True
         self.visual_tokens: torch.Tensor | None = None
         self.log_attention: list[torch.Tensor] = []
@@ -79,9 +84,12 @@ class AttentionProbes:
             attention = core.layers[index].self_attn
             self.handles.append(attention.register_forward_pre_hook(self._probe(attention)))
 
-    def _keep_projection(self, module, inputs, output) -> None:
+    def _keep_projection(self, module, inputs, output) -> torch.Tensor | None:
         if self.active:
             self.visual_tokens = output
+            if self.detach_visual:
+                return output.detach()
+        return None
 
     def _probe(self, attention):
         def hook(module, args) -> None:
