@@ -9,8 +9,7 @@ from small_config import SMALL
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
-from jina_ocr.train.legacy_checkpoint import fused_optimizer_state
-from jina_ocr.train.sft import SFTOptions, _parameter_groups, make_optimizer
+from jina_ocr.train.sft import SFTOptions, make_optimizer, restored_optimizer_state
 from jina_ocr.train.supervision import GlyphHead
 
 EXPERTS = SMALL["n_routed_experts"]
@@ -60,24 +59,50 @@ def test_the_per_expert_moments_become_the_fused_ones_exactly(model, tmp_path):
     fused.step()
 
     resumed = make_optimizer(model, head, options)
-    groups = _parameter_groups(model, head, options)
-    resumed.load_state_dict(fused_optimizer_state(legacy.state_dict(), groups, EXPERTS))
+    resumed.load_state_dict(restored_optimizer_state(legacy.state_dict(), resumed.state_dict(), EXPERTS))
     experts = model.model.layers[1].mlp.experts
     assert resumed.state[experts.gate_up_proj]["exp_avg"].shape == experts.gate_up_proj.shape
     for parameter in named.values():
         for field in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(resumed.state[parameter][field], fused.state[parameter][field])
-    # A state saved since records its names and comes back as it is.
-    current = fused.state_dict()
-    assert fused_optimizer_state(current, groups, EXPERTS) is current
+
+
+def test_saved_moments_follow_their_parameters_into_a_rerun_s_groups(model, tmp_path):
+    """A rerun may group the parameters otherwise (the glyph head at the towers' rate, the towers left
+    out): each parameter gets its own saved moments, and the groups' rates are the rerun's."""
+    head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
+    saved = make_optimizer(model, head, SFTOptions(out=tmp_path))
+    generator = torch.Generator().manual_seed(2)
+    for parameter in [*model.parameters(), *head.parameters()]:
+        parameter.grad = torch.randn(parameter.shape, generator=generator)
+    saved.step()
+    reruns = [
+        SFTOptions(out=tmp_path, lr=1e-4, towers_from_glyphs=True, vision_lr_scale=10),
+        SFTOptions(out=tmp_path, freeze_vision=True),
+    ]
+    for options in reruns:
+        resumed = make_optimizer(model, head, options)
+        resumed.load_state_dict(restored_optimizer_state(saved.state_dict(), resumed.state_dict(), EXPERTS))
+        moved = [p for group in resumed.param_groups for p in group["params"]]
+        assert moved and all(
+            torch.equal(resumed.state[p][field], saved.state[p][field])
+            for p in moved
+            for field in ("exp_avg", "exp_avg_sq", "step")
+        )
+        fresh = make_optimizer(model, head, options).param_groups
+        assert [g["peak_lr"] for g in resumed.param_groups] == [g["peak_lr"] for g in fresh]
+        head_rates = {
+            g["peak_lr"] for g in resumed.param_groups for p in g["params"] if p in set(head.parameters())
+        }
+        assert head_rates == {options.lr * (options.vision_lr_scale if options.towers_from_glyphs else 1)}
 
 
 def test_an_optimizer_of_another_model_is_a_clear_error(model, tmp_path):
     head = GlyphHead(SMALL["hidden_size"], SMALL["vocab_size"])
-    groups = _parameter_groups(model, head, SFTOptions(out=tmp_path))
+    fresh = make_optimizer(model, head, SFTOptions(out=tmp_path)).state_dict()
     saved = make_optimizer(model, head, SFTOptions(out=tmp_path)).state_dict()
     for group in saved["param_groups"]:
         del group["names"]
     saved["param_groups"][0]["params"] = saved["param_groups"][0]["params"][:-1]
     with pytest.raises(UserError, match="other parameters than this model"):
-        fused_optimizer_state(saved, groups, EXPERTS)
+        restored_optimizer_state(saved, fresh, EXPERTS)

@@ -44,7 +44,7 @@ from jina_ocr.errors import UserError
 from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
-from jina_ocr.train.legacy_checkpoint import fused_optimizer_state
+from jina_ocr.train.legacy_checkpoint import legacy_moments
 from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PageRecipe, model_config
@@ -202,32 +202,61 @@ def _parameter_groups(model, glyph_head, options: SFTOptions):
     """Decay matrices; leave norms, biases, position tables and the special vectors alone.
 
     The vision towers get their own groups at ``vision_lr_scale`` of the learning rate (with
-    ``--freeze-vision`` they are left out). Each group keeps its peak rate as ``peak_lr`` and its
-    parameters' ``names``, which a checkpoint then records.
+    ``--freeze-vision`` they are left out), and with ``--towers-from-glyphs`` so does the glyph head:
+    the towers then learn from it alone, and a head that lagged behind them would hold them back. Each
+    group keeps its peak rate as ``peak_lr`` and its parameters' ``names``, which a checkpoint then
+    records.
     """
     vision = {id(p) for p in vision_parameters(model)}
+    towers_rate = vision | ({id(p) for p in glyph_head.parameters()} if options.towers_from_glyphs else set())
     groups = {}
     named = [*model.named_parameters(), *glyph_head.named_parameters(prefix="glyph_head")]
     for name, parameter in named:
         if options.freeze_vision and id(parameter) in vision:
             continue
         decays = parameter.ndim >= 2 and "pos_embed" not in name and "position_embedding" not in name
-        key = (id(parameter) in vision, decays)
+        key = (id(parameter) in towers_rate, decays)
         groups.setdefault(key, []).append((name, parameter))
     return [
         {
             "params": [parameter for _, parameter in named],
             "names": [name for name, _ in named],
             "weight_decay": options.weight_decay if decays else 0.0,
-            "peak_lr": options.lr * (options.vision_lr_scale if is_vision else 1.0),
+            "peak_lr": options.lr * (options.vision_lr_scale if at_towers_rate else 1.0),
         }
-        for (is_vision, decays), named in groups.items()
+        for (at_towers_rate, decays), named in groups.items()
     ]
 
 
 def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
     """AdamW over :func:`_parameter_groups`; :func:`train_step` sets each group's rate from its peak."""
     return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
+
+
+def restored_optimizer_state(saved: dict, fresh: dict, experts: int) -> dict:
+    """A checkpoint's AdamW state ``saved`` for the optimizer whose fresh state is ``fresh``.
+
+    Each parameter's moments follow its name, so a rerun may group the parameters otherwise (with or
+    without ``--freeze-vision`` or ``--towers-from-glyphs``), and the groups' settings (``--lr``,
+    ``--vision-lr-scale``, ``--weight-decay``) are the rerun's own. A state saved before groups recorded
+    names comes from :func:`~jina_ocr.train.legacy_checkpoint.legacy_moments`.
+    """
+    if all("names" in group for group in saved["param_groups"]):
+        by_name = {
+            name: saved["state"][index]
+            for group in saved["param_groups"]
+            for name, index in zip(group["names"], group["params"], strict=True)
+            if index in saved["state"]
+        }
+    else:
+        by_name = legacy_moments(saved, fresh["param_groups"], experts)
+    state = {
+        index: by_name[name]
+        for group in fresh["param_groups"]
+        for name, index in zip(group["names"], group["params"], strict=True)
+        if name in by_name
+    }
+    return {"state": state, "param_groups": fresh["param_groups"]}
 
 
 def supervised_losses(
@@ -347,13 +376,11 @@ class _Trainer:
             progress.rewarm_from = progress.step  # a fresh optimizer: the rate ramps up again
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
-            fresh_groups = _parameter_groups(model, self.glyph_head, options)
-            experts = model.config.n_routed_experts
-            self.optimizer.load_state_dict(fused_optimizer_state(state["optimizer"], fresh_groups, experts))
-            # The saved groups bring back their old rates; this invocation's options decide them, so a
-            # rerun may change --lr, --vision-lr-scale or --weight-decay and go on from the checkpoint.
-            for group, fresh in zip(self.optimizer.param_groups, fresh_groups, strict=True):
-                group["peak_lr"], group["weight_decay"] = fresh["peak_lr"], fresh["weight_decay"]
+            self.optimizer.load_state_dict(
+                restored_optimizer_state(
+                    state["optimizer"], self.optimizer.state_dict(), model.config.n_routed_experts
+                )
+            )
 
         layers = model.config.num_hidden_layers
         if not all(0 <= layer < layers for layer in options.align_layers):
