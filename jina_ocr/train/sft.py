@@ -18,12 +18,13 @@ The loss is the next-token loss plus the two training-only terms of :mod:`jina_o
 on the glyph loss, until their held-out glyph accuracy reaches it: inside the whole model from the first
 step they learnt glyphs several times more slowly. With ``towers_from_glyphs`` the glyph loss is all the
 towers ever learn from: the decoder's losses stop at the visual tokens, so the towers can train at a
-rate of their own without the decoder's gradient undoing what they learn. The curriculum (:mod:`jina_ocr.train.recipe`)
-advances when the held-out character error rate of the current stage drops below its threshold. Every
-evaluation logs, for the held-out pages of the current stage and of the last stage: the character error
-rate of greedy transcriptions, the loss, the "image gap" (how much the loss rises when every page gets
-another page's image; zero until the model reads), the glyph accuracy of the visual tokens and the
-attention mass on the right cell. Held-out pages print words no training page uses (:mod:`jina_ocr.train.held_out_words`).
+rate of their own without the decoder's gradient undoing what they learn. The curriculum
+(:mod:`jina_ocr.train.recipe`) advances when the held-out character error rate of the current stage
+drops below its threshold. Every evaluation logs, for the held-out pages of the current stage and of
+the last stage: the character error rate of greedy transcriptions, the loss, the "image gap" (how much
+the loss rises when every page gets another page's image; zero until the model reads), the glyph
+accuracy of the visual tokens and the attention mass on the right cell. Held-out pages print words no
+training page uses (:mod:`jina_ocr.train.held_out_words`).
 """
 
 from __future__ import annotations
