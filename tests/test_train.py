@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,15 +15,17 @@ import torch
 from safetensors.torch import load_file
 
 from jina_ocr.cli import main
+from jina_ocr.errors import UserError
 from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
+from jina_ocr.train.graft import graft
 from jina_ocr.train.model_files import load_model_files, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
-from jina_ocr.train.sft import SFTOptions, _Trainer, starting_model, supervised_losses
+from jina_ocr.train.sft import SFTOptions, _Trainer, moments_by_name, starting_model, supervised_losses
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import VISION_MODULES
 
@@ -115,6 +118,56 @@ def test_training_only_parts_never_ship_with_the_model(sft_run):
     assert set(saved) == set(fresh)
     config = json.loads((out / "model" / "config.json").read_text())
     assert not [key for key in config if "glyph" in key or "align" in key]
+
+
+def test_graft_puts_the_donor_s_towers_into_a_run_that_goes_on_from_them(sft_run, tmp_path):
+    """The run's checkpoint and model files get the donor's towers, glyph head and their moments; its
+    decoder, its moments and its progress stay; the log records it; train sft goes on from there."""
+    out, *_, again = sft_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    assert main(["train", "graft", str(run), str(again)]) == 0
+    before, donor = (torch.load(f / "checkpoint.pt", weights_only=False) for f in (out, again))
+    after = torch.load(run / "checkpoint.pt", weights_only=False)
+    towers = [k for k in after["model"] if k.split(".")[1] in VISION_MODULES]
+    decoder = [k for k in after["model"] if k.startswith("model.layers.")]
+    assert towers and decoder and not all(torch.equal(before["model"][k], donor["model"][k]) for k in towers)
+    assert all(torch.equal(after["model"][k], donor["model"][k]) for k in towers)
+    assert all(torch.equal(after["model"][k], before["model"][k]) for k in decoder)
+    assert all(torch.equal(after["glyph_head"][k], donor["glyph_head"][k]) for k in donor["glyph_head"])
+    assert after["progress"] == before["progress"]
+    moments = {
+        n: moments_by_name(c["optimizer"])
+        for n, c in (("before", before), ("donor", donor), ("after", after))
+    }
+    for name, state in moments["after"].items():
+        source = (
+            "donor" if name.split(".")[1] in VISION_MODULES or name.startswith("glyph_head.") else "before"
+        )
+        assert torch.equal(state["exp_avg"], moments[source][name]["exp_avg"])
+    shipped = load_file(str(run / "model" / "model.safetensors"))
+    assert all(torch.equal(shipped[k], donor["model"][k].to(shipped[k].dtype)) for k in towers)
+    assert _log(run)[-1] == {"step": 3, "grafted_towers_from": str(again), "donor_step": 4}
+    common = ["train", "sft", str(run), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "2"]
+    common += ["--max-target-tokens", "24", "--threads", "2", "--workers", "0", "--dense-fraction", "0.5"]
+    assert main([*common, "--steps", "4", "--row-phase", "0.5", "--letter-words", "0.5"]) == 0
+    assert _log(run)[-1]["step"] == 4
+
+
+def test_graft_refuses_towers_of_another_shape(sft_run, tmp_path):
+    out = sft_run[0]
+    donor = tmp_path / "donor"
+    shutil.copytree(out, donor)
+    state = torch.load(donor / "checkpoint.pt", weights_only=False)
+    key = next(k for k in state["model"] if k.startswith("model.projector."))
+    state["model"][key] = torch.zeros(3)
+    torch.save(state, donor / "checkpoint.pt")
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    with pytest.raises(UserError, match=f"its towers do not fit .*{key} differs"):
+        graft(run, donor)
+    for name in ("checkpoint.pt", "log.jsonl", "model/model.safetensors"):
+        assert (run / name).read_bytes() == (out / name).read_bytes()
 
 
 def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):

@@ -13,7 +13,7 @@ HELP = "Train a small model on synthetic pages (sft), then its FastMTP head by s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    phases = parser.add_subparsers(dest="phase", required=True, metavar="{sft,mtp,bundle}")
+    phases = parser.add_subparsers(dest="phase", required=True, metavar="{sft,graft,mtp,bundle}")
     sft = phases.add_parser(
         "sft",
         help="supervised training of the whole model (teacher forcing plus dense glyph supervision)",
@@ -144,6 +144,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cores, --processes 2 --threads 1 trains faster than one process with two threads",
     )
 
+    graft = phases.add_parser(
+        "graft",
+        help="put another run's vision towers and glyph head into a run's checkpoint",
+        description="Replace RUN's vision towers (SAM, CLIP, projector), glyph head and their optimizer "
+        "moments with DONOR's, towers trained alone for instance; RUN's decoder and progress stay. "
+        "Go on with train sft RUN.",
+    )
+    graft.add_argument("run", type=Path, help="the sft run folder that gets the towers")
+    graft.add_argument("donor", type=Path, help="the sft run folder whose towers it gets")
+
     mtp = phases.add_parser(
         "mtp",
         help="train the FastMTP head on the frozen model's own greedy outputs (self-distillation)",
@@ -182,6 +192,14 @@ def _add_bundle_arguments(phases) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.phase == "bundle":
         return _bundle(args)
+    if args.phase == "graft":
+        from jina_ocr.train.graft import graft
+
+        record = graft(args.run, args.donor)
+        print(
+            f"{args.run}: towers of {args.donor} (its step {record['donor_step']}) at step {record['step']}"
+        )
+        return 0
     folder = _sft(args) if args.phase == "sft" else _mtp(args)
     print(f"model files: {folder}")
     return 0

@@ -54,6 +54,7 @@ from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import set_vision_trainable, standardize_projector, vision_parameters
 
 CHECKPOINT = "checkpoint.pt"
+LOG = "log.jsonl"
 REWARM_STEPS = 50
 PROBED_HEAD = 0
 
@@ -234,6 +235,16 @@ def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
     return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
 
 
+def moments_by_name(optimizer: dict) -> dict[str, dict]:
+    """Each parameter's AdamW state in an optimizer state dict whose groups record their names."""
+    return {
+        name: optimizer["state"][index]
+        for group in optimizer["param_groups"]
+        for name, index in zip(group["names"], group["params"], strict=True)
+        if index in optimizer["state"]
+    }
+
+
 def restored_optimizer_state(saved: dict, fresh: dict, experts: int) -> dict:
     """A checkpoint's AdamW state ``saved`` for the optimizer whose fresh state is ``fresh``.
 
@@ -243,12 +254,7 @@ def restored_optimizer_state(saved: dict, fresh: dict, experts: int) -> dict:
     names comes from :func:`~jina_ocr.train.legacy_checkpoint.legacy_moments`.
     """
     if all("names" in group for group in saved["param_groups"]):
-        by_name = {
-            name: saved["state"][index]
-            for group in saved["param_groups"]
-            for name, index in zip(group["names"], group["params"], strict=True)
-            if index in saved["state"]
-        }
+        by_name = moments_by_name(saved)
     else:
         by_name = legacy_moments(saved, fresh["param_groups"], experts)
     state = {
@@ -431,7 +437,7 @@ class _Trainer:
         """Append ``record`` to the run's log and print it (process 0 only)."""
         if not self.processes.lead:
             return
-        with open(self.out / "log.jsonl", "a", encoding="utf-8") as handle:
+        with open(self.out / LOG, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
 
