@@ -259,9 +259,8 @@ def test_towers_stay_at_init_during_the_vision_warm_up_then_train(sft_run, tmp_p
     """The run's first two steps (--vision-warmup-steps 2) leave SAM, CLIP and the projector exactly at
     their (rebuilt) initial values while the decoder moves; the resumed third step trains them."""
     out, _, _, after_warm_up, *_ = sft_run
-    recipe = PageRecipe(
-        dense_fraction=0.5, letter_words=0.5, row_phase=0.5
-    )  # the run's: its drills set the projector
+    # The run's recipe: its drills set the projector.
+    recipe = PageRecipe(dense_fraction=0.5, letter_words=0.5, row_phase=0.5)
     init = checkpoint_layout(starting_model(SFTOptions(out=tmp_path, recipe=recipe))[0].state_dict())
     vision = [k for k in after_warm_up if k.split(".")[1] in VISION_MODULES]
     decoder = [k for k in after_warm_up if k.startswith("model.layers.")]
