@@ -29,7 +29,7 @@ from jina_ocr.train.drills import BODY_FONTS, STAGES
 from jina_ocr.train.glyphs import GLYPH_SLOTS
 from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
-from jina_ocr.train.sft import CHECKPOINT, SFTOptions, page_batch
+from jina_ocr.train.sft import SFTOptions, page_batch, read_checkpoint
 from jina_ocr.train.supervision import GlyphHead
 
 EMPTY = -1  # how glyph targets mark an empty slot
@@ -53,12 +53,12 @@ def glyph_predictions(run: Path, recipe: PageRecipe, stage: int, pages: int, shi
     """(progress, tokenizer, held-out pages, and per shift the predicted and the true slots) of
     ``run``'s checkpoint; an empty slot is -1 in both."""
     model, processor = load_model_files(run / "model", weights=False)
-    state = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
+    state = read_checkpoint(run)
     model.load_state_dict(state["model"])
     model.eval()
     head = GlyphHead(model.config.hidden_size, model.config.vocab_size)
     head.load_state_dict(state["glyph_head"])
-    options = SFTOptions(out=run, eval_pages=pages, recipe=recipe)
+    options = SFTOptions(out=run, recipe=recipe)
     held_out = options.recipe.held_out_pages(stage, options.eval_seed, pages)
     slots = []
     for points in shifts:

@@ -14,21 +14,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from jina_ocr.errors import UserError
 from jina_ocr.train.model_files import load_model_files, load_settings, save_model_files
-from jina_ocr.train.sft import CHECKPOINT, LOG, moments_by_name
+from jina_ocr.train.sft import CHECKPOINT, LOG, moments_by_name, read_checkpoint, write_checkpoint
 from jina_ocr.train.vision import VISION_MODULES
 
 GLYPH_HEAD = "glyph_head."
 
 
 def _checkpoint(run: Path) -> dict:
-    path = run / CHECKPOINT
-    if not path.is_file():
+    if not (run / CHECKPOINT).is_file():
         raise UserError(f"{run}: no {CHECKPOINT} there; give the folder of a train sft run")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return read_checkpoint(run)
 
 
 def graft(run: Path, donor: Path) -> dict:
@@ -54,10 +51,7 @@ def graft(run: Path, donor: Path) -> dict:
     model, processor = load_model_files(run / "model", weights=False)
     model.load_state_dict(state["model"])
     save_model_files(run / "model", model, processor.tokenizer, load_settings(run / "model"))
-    path = run / CHECKPOINT
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    write_checkpoint(run, state)
     record = {
         "step": state["progress"]["step"],
         "grafted_towers_from": str(donor),

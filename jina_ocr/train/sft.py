@@ -235,6 +235,20 @@ def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
     return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
 
 
+def read_checkpoint(out: Path) -> dict:
+    """The checkpoint of run folder ``out``: weights, glyph head, optimizer state and progress."""
+    return torch.load(Path(out) / CHECKPOINT, map_location="cpu", weights_only=False)
+
+
+def write_checkpoint(out: Path, state: dict) -> None:
+    """Write ``state`` as the checkpoint of run folder ``out``, whole or not at all: a run stopped while
+    writing keeps its previous checkpoint."""
+    path = Path(out) / CHECKPOINT
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
 def moments_by_name(optimizer: dict) -> dict[str, dict]:
     """Each parameter's AdamW state in an optimizer state dict whose groups record their names."""
     return {
@@ -358,7 +372,7 @@ class _Trainer:
         if checkpoint_path.exists():
             model, processor = load_model_files(self.out / "model", weights=False)
             settings = load_settings(self.out / "model")
-            state = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+            state = read_checkpoint(self.out)
             model.load_state_dict(state["model"])
             progress = Progress.from_record(state["progress"])
         else:
@@ -447,18 +461,15 @@ class _Trainer:
             return
         self.settings["progress"] = self.progress.record()
         save_model_files(self.out / "model", self.model, self.processor.tokenizer, self.settings)
-        path = self.out / CHECKPOINT
-        tmp = path.with_suffix(".tmp")
-        torch.save(
+        write_checkpoint(
+            self.out,
             {
                 "model": self.model.state_dict(),
                 "glyph_head": self.glyph_head.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "progress": self.progress.record(),
             },
-            tmp,
         )
-        tmp.replace(path)
 
     # -- evaluation ---------------------------------------------------------------------------------
 
