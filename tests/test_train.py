@@ -433,3 +433,37 @@ def test_towers_from_glyphs_learn_from_the_glyph_loss_alone(tmp_path):
         torch.testing.assert_close(got, want)
     towers, _ = gradients(detach_visual=False)
     assert not all(torch.allclose(got, want) for got, want in zip(towers, expected, strict=True))
+
+
+def test_compiled_towers_train_as_the_eager_ones_under_the_same_names(tmp_path):
+    """--compile-towers runs SAM and CLIP through the compiler and changes neither the loss, nor the
+    towers' gradients, nor the parameter names that model files and checkpoints are written under."""
+    from training_helpers import page_batch, small_trainee
+
+    from jina_ocr.train.vision import compile_towers, vision_parameters
+
+    options = SFTOptions(out=tmp_path, glyph_weight=4.0)
+    autocast = torch.autocast("cpu", enabled=False)
+    graphs = []
+
+    def recording_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    def step(compiled: bool):
+        model, head, probes = small_trainee()
+        if compiled:
+            torch._dynamo.reset()
+            compile_towers(model, backend=recording_backend)
+        loss, _ = supervised_losses(model, head, probes, page_batch(1), options, autocast)
+        loss.backward()
+        return loss.detach(), [p.grad for p in vision_parameters(model)], list(model.state_dict())
+
+    eager_loss, eager_grads, eager_names = step(compiled=False)
+    loss, grads, names = step(compiled=True)
+    torch._dynamo.reset()
+    assert len(graphs) >= 2  # at least one graph per tower
+    assert names == eager_names
+    torch.testing.assert_close(loss, eager_loss)
+    for got, want in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(got, want)

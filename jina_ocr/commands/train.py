@@ -133,6 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sft.add_argument(
         "--gradient-checkpointing", action="store_true", help="recompute activations to save memory"
     )
+    sft.add_argument(
+        "--compile-towers",
+        action="store_true",
+        help="torch.compile SAM and CLIP (inductor; needs a C++ compiler on a CPU): faster steps after "
+        "a minute or two of compiling",
+    )
     sft.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA with bf16, or CPU)")
     sft.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     sft.add_argument("--workers", type=int, default=1, help="DataLoader processes that render pages (1)")

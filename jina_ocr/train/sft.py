@@ -51,7 +51,12 @@ from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
-from jina_ocr.train.vision import set_vision_trainable, standardize_projector, vision_parameters
+from jina_ocr.train.vision import (
+    compile_towers,
+    set_vision_trainable,
+    standardize_projector,
+    vision_parameters,
+)
 
 CHECKPOINT = "checkpoint.pt"
 LOG = "log.jsonl"
@@ -94,6 +99,7 @@ class SFTOptions:
     vision_lr_scale: float = 1.0
     freeze_vision: bool = False
     gradient_checkpointing: bool = False
+    compile_towers: bool = False
     bf16: bool = False
     device: str | None = None
     workers: int = 1
@@ -381,7 +387,7 @@ class _Trainer:
         settings["sft"] = {
             key: str(value) if isinstance(value, Path) else value
             for key, value in dataclasses.asdict(options).items()
-            if key not in ("out", "device", "workers", "threads", "processes")
+            if key not in ("out", "device", "workers", "threads", "processes", "compile_towers")
         }
         if processes.lead:
             (self.out / "options.json").write_text(
@@ -391,6 +397,8 @@ class _Trainer:
         model.to(self.device).train()
         if options.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if options.compile_towers:
+            compile_towers(model)
         self.glyph_head = GlyphHead(model.config.hidden_size, model.config.vocab_size).to(self.device)
         self.optimizer = make_optimizer(model, self.glyph_head, options)
         if state is None and options.resume_from is not None:
