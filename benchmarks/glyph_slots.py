@@ -9,6 +9,10 @@ the head's accuracy per slot of the first line of a cell, per body font, and the
 Slot accuracy that falls with the slot's index says the towers find the first glyphs of a cell but
 lose track of later ones; confusions between similar shapes (i/l, n/r) say they see glyphs too coarsely.
 
+Beside the head, the same figures for the decoder, teacher-forced: whether it predicts each printed
+character of the target from the true text before it, by the slot of that character's glyph in its cell.
+A decoder well below the head reads less from the visual tokens than they hold.
+
 ``--shifts`` reads the same pages moved down by so many points (their glyph targets moved with them).
 Towers that read glyphs at any height keep their accuracy; towers that learnt templates of one height
 in a row of visual tokens lose it a few points off and get it back a whole row (37.2 pt) down.
@@ -49,9 +53,29 @@ def shifted(page, points: float, dpi: int):
     return dataclasses.replace(page, pdf_bytes=pdf_bytes, image=render(pdf_bytes, dpi))
 
 
+def decoder_hits(model, batch: dict, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hit, slot) per target token: whether the decoder, fed the true text before it, predicts it,
+    and the slot of its glyph in its cell (how many earlier target tokens share that cell, which is the
+    glyph's slot on pages with one line per row of cells); the slot is -1 for tokens without a cell."""
+    inputs = {k: v for k, v in batch.items() if k not in ("token_cells", "cell_glyphs", "labels")}
+    with torch.no_grad(), autocast:
+        logits = model(**inputs).logits
+    cells = batch["token_cells"]
+    start = batch["input_ids"].shape[1] - cells.shape[1]  # the first target position
+    hits = logits[:, start - 1 : -1].argmax(-1) == batch["input_ids"][:, start:]
+    slots = torch.full_like(cells, EMPTY)
+    for row, row_cells in enumerate(cells.tolist()):
+        seen = Counter()
+        for position, cell in enumerate(row_cells):
+            if cell >= 0:
+                slots[row, position] = seen[cell]
+                seen[cell] += 1
+    return hits, slots
+
+
 def glyph_predictions(run: Path, recipe: PageRecipe, stage: int, pages: int, shifts: list[float], autocast):
-    """(progress, tokenizer, held-out pages, and per shift the predicted and the true slots) of
-    ``run``'s checkpoint; an empty slot is -1 in both."""
+    """(progress, tokenizer, held-out pages, and per shift the predicted and the true slots and the
+    decoder's hits and slots, :func:`decoder_hits`) of ``run``'s checkpoint; an empty slot is -1."""
     model, processor = load_model_files(run / "model", weights=False)
     state = read_checkpoint(run)
     model.load_state_dict(state["model"])
@@ -65,7 +89,8 @@ def glyph_predictions(run: Path, recipe: PageRecipe, stage: int, pages: int, shi
         batch = page_batch(processor, options, [shifted(page, points, recipe.dpi) for page in held_out])
         with torch.no_grad(), autocast:
             predicted = head(model.model.encode_views(batch["pixel_values"])).argmax(-1)
-        slots.append((predicted.masked_fill(predicted == head.empty, EMPTY), batch["cell_glyphs"]))
+        predicted = predicted.masked_fill(predicted == head.empty, EMPTY)
+        slots.append((predicted, batch["cell_glyphs"], *decoder_hits(model, batch, autocast)))
     return state["progress"], processor.tokenizer, held_out, slots
 
 
@@ -93,8 +118,8 @@ def main() -> None:
 
     slots = [f"slot {s}" for s in range(GLYPH_SLOTS)]
     print(f"held-out {args.stage} pages: {args.pages}; glyph slot accuracy of the first line of each cell")
-    print("| run | step | shift (pt) | all | " + " | ".join(slots + list(BODY_FONTS)) + " |")
-    print("|---|---|---|---|" + "---|" * (len(slots) + len(BODY_FONTS)))
+    print("| run | step | shift (pt) | reader | all | " + " | ".join(slots + list(BODY_FONTS)) + " |")
+    print("|---|---|---|---|---|" + "---|" * (len(slots) + len(BODY_FONTS)))
     confusions = {}
     for run in args.runs:
         progress, tokenizer, pages, per_shift = glyph_predictions(
@@ -105,20 +130,30 @@ def main() -> None:
             args.shifts,
             autocast,
         )
-        for points, (predicted, truth) in zip(args.shifts, per_shift, strict=True):
+        fonts = [[i for i, page in enumerate(pages) if page.font == font] for font in BODY_FONTS]
+        for points, (predicted, truth, hits, decoded_slots) in zip(args.shifts, per_shift, strict=True):
             filled = truth >= 0
             right = (predicted == truth) & filled
-            per_slot = [rate(right[:, :, 0, s], filled[:, :, 0, s]) for s in range(GLYPH_SLOTS)]
-            per_font = []
-            for font in BODY_FONTS:
-                rows = [i for i, page in enumerate(pages) if page.font == font]
-                per_font.append(rate(right[rows], filled[rows]) if rows else "-")
-            print(
-                f"| {run.name} | {progress['step']} | {points:g} | {rate(right, filled)} | "
-                + " | ".join(per_slot + per_font)
-                + " |"
-            )
-        predicted, truth = per_shift[0]
+            readers = {
+                "glyph head": (
+                    right,
+                    filled,
+                    [rate(right[:, :, 0, s], filled[:, :, 0, s]) for s in range(GLYPH_SLOTS)],
+                ),
+                "decoder": (
+                    hits & (decoded_slots >= 0),
+                    decoded_slots >= 0,
+                    [rate(hits & (decoded_slots == s), decoded_slots == s) for s in range(GLYPH_SLOTS)],
+                ),
+            }
+            for reader, (hit, counted, per_slot) in readers.items():
+                per_font = [rate(hit[rows], counted[rows]) if rows else "-" for rows in fonts]
+                print(
+                    f"| {run.name} | {progress['step']} | {points:g} | {reader} | {rate(hit, counted)} | "
+                    + " | ".join(per_slot + per_font)
+                    + " |"
+                )
+        predicted, truth, _, _ = per_shift[0]
         wrong = (truth >= 0) & (predicted != truth)
         confusions[run.name] = Counter(
             (tokenizer.decode([t]), "(none)" if p == EMPTY else tokenizer.decode([p]))
