@@ -123,9 +123,11 @@ def test_a_server_stopped_mid_run_leaves_its_pages_to_the_other(
     outcomes: list[tuple[str, bool]] = []
     release = endpoints.EndpointPool._release
 
+    # The doomed server dies at its first answer: pages remain then however slowly it answers next to
+    # the other (at its second, on a busy machine, the other had sometimes answered all the rest).
     def recording_release(pool, endpoint, failed):
         outcomes.append((endpoint.url, failed))
-        if sum(not f for u, f in outcomes if u == doomed_url) == 2 and doomed.poll() is None:
+        if sum(not f for u, f in outcomes if u == doomed_url) == 1 and doomed.poll() is None:
             doomed.kill()  # as a crash would: requests in flight are cut, new ones refused
             doomed.wait()
         release(pool, endpoint, failed)
@@ -138,5 +140,5 @@ def test_a_server_stopped_mid_run_leaves_its_pages_to_the_other(
     for path in local.glob("*.md"):
         assert (out / path.name).read_text() == path.read_text()
     doomed_answers = [failed for url, failed in outcomes if url == doomed_url]
-    assert doomed_answers.count(False) == 2 and doomed_answers.count(True) >= 1  # answered, then failed
-    assert [failed for url, failed in outcomes if url == survivor_url].count(False) == 6 - 2
+    assert doomed_answers.count(False) == 1 and doomed_answers.count(True) >= 1  # answered, then failed
+    assert [failed for url, failed in outcomes if url == survivor_url].count(False) == 6 - 1
