@@ -16,7 +16,8 @@
    bundled one (the README's main job), with its character error rate.
 5. FastMTP on the target-format pages: acceptance per depth, committed tokens per verification step,
    tokens per second against plain greedy in the same run at batch 1 (``--batch1-pages`` pages) and
-   batch 8, and whether FastMTP's tokens equal greedy's on every page.
+   batch 8, what a whole FastMTP step (drafts, verification, bookkeeping) costs against a greedy step
+   (seconds per main-model forward), and whether FastMTP's tokens equal greedy's on every page.
 
 Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
@@ -30,6 +31,7 @@ import json
 import re
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -51,9 +53,25 @@ def words_only(text: str) -> str:
     return " ".join(re.sub(r"^#+ ", "", text, flags=re.MULTILINE).split())
 
 
-def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_new_tokens: int):
-    """Token rows (new tokens only, through EOS), seconds, new tokens, and FastMTP stats summed over calls."""
-    rows, seconds, stats = [], 0.0, []
+@dataclass
+class Run:
+    """Token rows (new tokens only, through EOS), seconds, new tokens, forward passes of the main model
+    (a greedy batch takes one per token of its longest row; FastMTP one per verification step, both plus
+    the prefill) and FastMTP stats summed over calls."""
+
+    rows: list[list[int]]
+    seconds: float
+    tokens: int
+    forwards: int
+    stats: dict | None
+
+    @property
+    def seconds_per_forward(self) -> float:
+        return self.seconds / self.forwards
+
+
+def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_new_tokens: int) -> Run:
+    rows, seconds, stats, forwards = [], 0.0, [], 0
     eos = processor.tokenizer.eos_token_id
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
@@ -62,12 +80,17 @@ def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_n
         with torch.inference_mode():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, use_mtp=use_mtp)
         seconds += time.perf_counter() - began
-        for row in out[:, inputs["input_ids"].shape[1] :].tolist():
-            rows.append(row[: row.index(eos) + 1] if eos in row else row)
+        new = [
+            row[: row.index(eos) + 1] if eos in row else row
+            for row in out[:, inputs["input_ids"].shape[1] :].tolist()
+        ]
+        rows += new
         if use_mtp and model.fastmtp_stats:
             stats.append(dict(model.fastmtp_stats))
-    tokens = sum(len(r) for r in rows)
-    return rows, seconds, tokens, _merge_stats(stats)
+            forwards += 1 + model.fastmtp_stats["verification_forwards"]
+        else:
+            forwards += max(map(len, new))
+    return Run(rows, seconds, sum(len(r) for r in rows), forwards, _merge_stats(stats))
 
 
 def _merge_stats(stats: list[dict]) -> dict | None:
@@ -88,9 +111,9 @@ def _merge_stats(stats: list[dict]) -> dict | None:
     }
 
 
-def transcribe(model, processor, images, args) -> tuple[list[str], float, list[list[int]]]:
-    rows, seconds, _, _ = generate_all(model, processor, images, 8, False, args.max_new_tokens)
-    return [processor.decode_ocr([row], None) for row in rows], seconds, rows
+def transcribe(model, processor, images, args) -> tuple[list[str], Run]:
+    run = generate_all(model, processor, images, 8, False, args.max_new_tokens)
+    return [processor.decode_ocr([row], None) for row in run.rows], run
 
 
 def target_format(out: Path, args, model, processor) -> dict:
@@ -104,7 +127,7 @@ def target_format(out: Path, args, model, processor) -> dict:
     images = [p.image for p in pages]
     references = [p.markdown for p in pages]
     generate_all(model, processor, images[:1], 1, False, 8)  # one-time costs, untimed
-    ours, seconds, greedy_rows = transcribe(model, processor, images, args)
+    ours, greedy = transcribe(model, processor, images, args)
     for i, text in enumerate(ours):
         (folder / f"page_{i:03d}.ours.md").write_text(text + "\n", encoding="utf-8")
     result: dict = {
@@ -113,7 +136,7 @@ def target_format(out: Path, args, model, processor) -> dict:
         "ours_words_cer": round(
             character_error_rate(list(map(words_only, ours)), list(map(words_only, references))), 4
         ),
-        "ours_seconds_per_page": round(seconds / len(pages), 3),
+        "ours_seconds_per_page": round(greedy.seconds / len(pages), 3),
     }
     groups: dict[str, list[int]] = defaultdict(list)
     for i, page in enumerate(pages):
@@ -133,33 +156,31 @@ def target_format(out: Path, args, model, processor) -> dict:
     else:
         result["tesseract"] = unavailable("tesseract")
     if hasattr(model, "mtp_module"):
-        result["fastmtp"] = fastmtp(model, processor, images, greedy_rows, seconds, args)
+        result["fastmtp"] = fastmtp(model, processor, images, greedy, args)
     return result
 
 
-def fastmtp(model, processor, images, greedy_rows, greedy_seconds, args) -> dict:
+def fastmtp(model, processor, images, greedy: Run, args) -> dict:
     """FastMTP against greedy at batch 8 (all pages) and batch 1 (the first ``--batch1-pages``)."""
     generate_all(model, processor, images[:1], 1, True, 8)  # one-time costs, untimed
-    drafted, seconds, tokens, stats = generate_all(model, processor, images, 8, True, args.max_new_tokens)
-    greedy_tokens = sum(len(r) for r in greedy_rows)
-    result = {
-        "batch8": {
-            **(stats or {}),
-            "tokens_per_s": round(tokens / seconds, 1),
-            "greedy_tokens_per_s": round(greedy_tokens / greedy_seconds, 1),
-            "identical_pages": f"{sum(a == b for a, b in zip(drafted, greedy_rows, strict=True))}/{len(images)}",
-        }
-    }
     few = images[: args.batch1_pages]
-    g1, g1_seconds, g1_tokens, _ = generate_all(model, processor, few, 1, False, args.max_new_tokens)
-    m1, m1_seconds, m1_tokens, stats1 = generate_all(model, processor, few, 1, True, args.max_new_tokens)
-    result["batch1"] = {
-        **(stats1 or {}),
-        "tokens_per_s": round(m1_tokens / m1_seconds, 1),
-        "greedy_tokens_per_s": round(g1_tokens / g1_seconds, 1),
-        "identical_pages": f"{sum(a == b for a, b in zip(m1, g1, strict=True))}/{len(few)}",
+    runs = {
+        "batch8": (greedy, generate_all(model, processor, images, 8, True, args.max_new_tokens)),
+        "batch1": (
+            generate_all(model, processor, few, 1, False, args.max_new_tokens),
+            generate_all(model, processor, few, 1, True, args.max_new_tokens),
+        ),
     }
-    return result
+    return {
+        batch: {
+            **(drafted.stats or {}),
+            "tokens_per_s": round(drafted.tokens / drafted.seconds, 1),
+            "greedy_tokens_per_s": round(plain.tokens / plain.seconds, 1),
+            "step_cost_vs_greedy": round(drafted.seconds_per_forward / plain.seconds_per_forward, 2),
+            "identical_pages": f"{sum(a == b for a, b in zip(drafted.rows, plain.rows, strict=True))}/{len(plain.rows)}",
+        }
+        for batch, (plain, drafted) in runs.items()
+    }
 
 
 def stages(args, model, processor) -> dict:
@@ -167,7 +188,7 @@ def stages(args, model, processor) -> dict:
     recipe, result = PageRecipe(), {}
     for stage, name in enumerate(STAGES):
         pages = recipe.held_out_pages(stage, args.seed, args.stage_pages)
-        texts, _, _ = transcribe(model, processor, [p.image for p in pages], args)
+        texts, _ = transcribe(model, processor, [p.image for p in pages], args)
         result[name] = {
             "pages": len(pages),
             "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
@@ -184,7 +205,7 @@ def synth_pages(out: Path, profile: str, args, model, processor) -> dict:
     )
     images = [Image.open(p).convert("RGB") for p in paths]
     references = [p.with_suffix(".md").read_text(encoding="utf-8") for p in paths]
-    predictions, seconds, _ = transcribe(model, processor, images, args)
+    predictions, run = transcribe(model, processor, images, args)
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     for path, text in zip(paths, predictions, strict=True):
@@ -197,7 +218,7 @@ def synth_pages(out: Path, profile: str, args, model, processor) -> dict:
     return {
         "pages": len(paths),
         "cer": round(character_error_rate(predictions, references), 4),
-        "seconds_per_page": round(seconds / len(paths), 3),
+        "seconds_per_page": round(run.seconds / len(paths), 3),
         "bench_pass_rate": round(scored["overall"], 4),
     }
 
@@ -247,6 +268,7 @@ def print_table(summary: dict) -> None:
             print(
                 f"FastMTP {batch}: {row['tokens_per_s']} tok/s vs greedy {row['greedy_tokens_per_s']}; "
                 f"acceptance {row.get('acceptance_per_depth')}, committed/step {row.get('committed_per_step')}, "
+                f"step cost {row['step_cost_vs_greedy']}x greedy, "
                 f"identical {row['identical_pages']}"
             )
 
