@@ -235,10 +235,10 @@ def train_mtp(options: MTPOptions) -> Path:
                 },
             )
         evaluate(step)
+    # The head's own options; the model it was trained on is the one these settings describe (its path
+    # would only name a folder on the training machine).
     settings["mtp"] = {
-        key: str(value) if isinstance(value, Path) else value
-        for key, value in vars(options).items()
-        if key not in ("out", "device", "threads")
+        key: value for key, value in vars(options).items() if key not in ("model", "out", "device", "threads")
     }
     settings["mtp"]["depth_weights"] = [round(w, 4) for w in weights]
     model.requires_grad_(False)
