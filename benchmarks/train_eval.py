@@ -234,7 +234,7 @@ def convert_printed_page(out: Path, model_files: Path) -> dict:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         cli(command)
-    text = re.sub(r"^<!-- page \d+ -->\n", "", buffer.getvalue().strip())
+    text = re.sub(r"^<!-- page \d+ -->\n+", "", buffer.getvalue().strip())
     return {
         "reference": page.markdown,
         "output": text,
