@@ -55,15 +55,18 @@ def words_only(text: str) -> str:
 
 @dataclass
 class Run:
-    """Token rows (new tokens only, through EOS), seconds, new tokens, forward passes of the main model
-    (a greedy batch takes one per token of its longest row; FastMTP one per verification step, both plus
-    the prefill) and FastMTP stats summed over calls."""
+    """Token rows (new tokens only, through EOS), seconds, forward passes of the main model (a greedy
+    batch takes one per token of its longest row; FastMTP one per verification step, both plus the
+    prefill) and FastMTP stats summed over calls."""
 
     rows: list[list[int]]
     seconds: float
-    tokens: int
     forwards: int
     stats: dict | None
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.rows))
 
     @property
     def seconds_per_forward(self) -> float:
@@ -90,7 +93,7 @@ def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_n
             forwards += 1 + model.fastmtp_stats["verification_forwards"]
         else:
             forwards += max(map(len, new))
-    return Run(rows, seconds, sum(len(r) for r in rows), forwards, _merge_stats(stats))
+    return Run(rows, seconds, forwards, _merge_stats(stats))
 
 
 def _merge_stats(stats: list[dict]) -> dict | None:
