@@ -1,9 +1,9 @@
 """FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1
 (and at batch size 1 too, where it costs less Python per step than the library's; dispatch.py).
 
-Every step drafts up to K tokens per row (fewer, down to none, while the head's drafts fail: see
-adaptive.py), verifies all rows in one main-model forward, and commits per row the longest matching
-prefix plus one token, exactly as greedy decoding would produce them. Acceptance, commits, the loop
+Every step drafts up to K tokens per row (as many as pay for themselves, down to none while the
+head's drafts fail: see adaptive.py), verifies all rows in one main-model forward, and commits per
+row the longest matching prefix plus one token, exactly as greedy decoding would produce them. Acceptance, commits, the loop
 guard and the statistics are computed for all rows at once on the device; the host reads one small
 tensor per step (how far the best and worst rows got, who finished) to steer the loop.
 Rows accept different numbers of drafts, so the caches are kept "padded consistently":
@@ -278,7 +278,7 @@ def generate_batched(
         ).tolist()  # the one read of the step
         best, worst, room, done = summary[-4:]
         stats.record_rows(k, rows.numel(), summary[:k], dict(enumerate(summary[k:-4])))
-        length.update(k, sum(summary[:k]), rows.numel())
+        length.update(k, summary[:k], rows.numel())
         if best < k:
             cache.crop(-(k - best))
         valid = (span[None, : best + 1] <= accepted[:, None]).long()

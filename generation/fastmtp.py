@@ -193,10 +193,6 @@ class FastMTPStats:
         self.drafted = [0] * self.num_speculative_steps
         self.accepted = [0] * self.num_speculative_steps
 
-    def record(self, drafted: int, accepted: int, committed: int) -> None:
-        """One verified sequence: ``drafted`` drafts, the first ``accepted`` of them agreed with."""
-        self.record_rows(drafted, 1, [int(depth < accepted) for depth in range(drafted)], {committed: 1})
-
     def record_rows(
         self, drafted: int, rows: int, accepted_per_depth: list[int], committed: dict[int, int]
     ) -> None:
@@ -279,8 +275,8 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         new = main_hidden(self.config, model_outputs)[:, :fresh]
         self.unread = new if self.unread is None else torch.cat([self.unread, new], dim=1)
         self.known = length - 1
-        # No drafts when the next token is the last one allowed, or when the head's recent drafts
-        # failed (adaptive drafting): the unread states wait for the next step that drafts.
+        # No drafts when the next token is the last one allowed, or when drafting does not pay
+        # (adaptive drafting): the unread states wait for the next step that drafts.
         steps = min(self.length.next(), self.max_length - length - 1)
         if steps <= 0:
             return input_ids, None
@@ -308,6 +304,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         """Record the step and roll the head cache back to the pairs built from main-model states."""
         if self.known:  # the prefill commits a token but verifies nothing
             self.stats.forwards += 1
-            self.stats.record(self.drafted, int(num_matches), int(num_matches) + 1)
-            self.length.update(self.drafted, int(num_matches), 1)
+            accepted = [int(depth < num_matches) for depth in range(self.drafted)]
+            self.stats.record_rows(self.drafted, 1, accepted, {int(num_matches) + 1: 1})
+            self.length.update(self.drafted, accepted, 1)
         self.drafter.rollback()

@@ -4,9 +4,9 @@ They live in ``generation_config.json`` next to the library's own keys (``use_mt
 and can be passed to ``model.generate`` for one call:
 
 - ``mtp_num_speculative_steps``: drafts per FastMTP step, 1..K where K is the config's value (3).
-- ``mtp_adaptive_drafting``: True (the default) drafts fewer tokens, down to none, while the head's
-  recent drafts are rejected, and probes it again later (generation/adaptive.py); False always
-  drafts ``mtp_num_speculative_steps``.
+- ``mtp_adaptive_drafting``: True (the default) drafts, at each step, the number of tokens (down to
+  none) that the head's recent acceptance and the measured cost of a step make fastest, and probes a
+  failing head again later (generation/adaptive.py); False always drafts ``mtp_num_speculative_steps``.
 - ``loop_guard_ngram_size``: n of the sliding-window no-repeat n-gram rule; 0 or None turns it off.
 - ``loop_guard_window``: how many of the last generated tokens the rule searches.
 - ``loop_guard_exempt_token_ids``: tokens the rule never bans (table cells repeat legitimately).

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from small_config import IMAGE, SMALL
 from torch import nn
 from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.generation import batched, fastmtp
+from jina_ocr.remote_code.generation.adaptive import DraftLength
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.remote_code.processing_jina_ocr import PIXELS_PER_TOKEN
 
@@ -98,3 +102,33 @@ class OracleHead(nn.Module):
         columns = columns.clamp(max=self.continuation.shape[1] - 1)
         tokens = self.continuation.gather(1, columns)
         return self.states[tokens].to(embeddings.dtype)
+
+
+class CostedLength(DraftLength):
+    """Adaptive drafting timed by a cost model instead of the wall clock: a step that drafts k tokens
+    takes ``1 + per_draft * k`` seconds, so the lengths it picks do not depend on the machine."""
+
+    def __init__(self, most: int, adaptive: bool = True, per_draft: float = 0.3):
+        self.now, self.per_draft = 0.0, per_draft
+        super().__init__(most, adaptive, clock=lambda: self.now)
+
+    def update(self, drafted: int, accepted_per_depth: list[int], rows: int) -> None:
+        self.now += 1.0 + self.per_draft * drafted
+        super().update(drafted, accepted_per_depth, rows)
+
+
+def draft_lengths_from(monkeypatch, length_class: type[DraftLength]) -> None:
+    """Both FastMTP loops (ours and the library's) take their draft lengths from ``length_class``."""
+    monkeypatch.setattr(batched, "DraftLength", length_class)
+    monkeypatch.setattr(fastmtp, "DraftLength", length_class)
+
+
+def scripted_lengths(monkeypatch, script: list[int]) -> None:
+    """Both FastMTP loops draft the lengths of ``script`` in turn, cycling, whatever the head does."""
+    lengths = itertools.cycle(script)
+
+    class Scripted(DraftLength):
+        def next(self) -> int:
+            return next(lengths)
+
+    draft_lengths_from(monkeypatch, Scripted)
