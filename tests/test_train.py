@@ -22,7 +22,7 @@ from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_T
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.graft import graft
-from jina_ocr.train.model_files import load_model_files, load_tokenizer
+from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, _Trainer, moments_by_name, starting_model, supervised_losses
@@ -104,6 +104,10 @@ def test_a_run_resumes_from_the_model_files_alone(sft_run):
     assert [(r["step"], r["pages"], r["stage"]) for r in losses] == [(4, 8, "rows")]
     assert [r["advanced_to"] for r in log if "advanced_to" in r] == ["page"]
     assert load_tokenizer(again / "model").get_vocab() == load_tokenizer(out / "model").get_vocab()
+    # The model files name the folder they came from without the training machine's path to it; the
+    # run's own record keeps the path.
+    assert load_settings(again / "model")["sft"]["resume_from"] == "model"
+    assert json.loads((again / "options.json").read_text())["resume_from"] == str(out / "model")
     # A fresh optimizer ramps its rate up again instead of starting at the schedule's value.
     assert losses[0]["lr"] < 1e-3 / 10
     # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping.

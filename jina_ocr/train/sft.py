@@ -186,7 +186,6 @@ def starting_model(options: SFTOptions):
             if "progress" not in settings:
                 raise UserError(f"--resume-from {source}: its settings record no training progress")
             return model, processor, settings, Progress.from_record(settings["progress"])
-        settings["init"] = str(source)
         return model, processor, settings, Progress(stage=STAGES.index(options.stage))
     processor = build_processor(_fresh_tokenizer(options), options.recipe.mode)
     torch.manual_seed(options.seed)
@@ -384,15 +383,18 @@ class _Trainer:
         else:
             model, processor, settings, progress = starting_model(options)
         self.model, self.processor, self.settings, self.progress = model, processor, settings, progress
-        settings["sft"] = {
+        record = {
             key: str(value) if isinstance(value, Path) else value
             for key, value in dataclasses.asdict(options).items()
             if key not in ("out", "device", "workers", "threads", "processes", "compile_towers")
         }
         if processes.lead:
-            (self.out / "options.json").write_text(
-                json.dumps(settings["sft"], indent=2) + "\n", encoding="utf-8"
-            )
+            (self.out / "options.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        # The model files travel (a bundle, a push): they name the folder a run started from by its
+        # last part only, never a path of the machine that trained it.
+        settings["sft"] = record | {
+            key: Path(record[key]).name for key in ("init", "resume_from") if record[key] is not None
+        }
 
         model.to(self.device).train()
         if options.gradient_checkpointing:
