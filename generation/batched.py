@@ -3,9 +3,10 @@
 
 Every step drafts up to K tokens per row (as many as pay for themselves, down to none while the
 head's drafts fail: see adaptive.py), verifies all rows in one main-model forward, and commits per
-row the longest matching prefix plus one token, exactly as greedy decoding would produce them. Acceptance, commits, the loop
-guard and the statistics are computed for all rows at once on the device; the host reads one small
-tensor per step (how far the best and worst rows got, who finished) to steer the loop.
+row the longest matching prefix plus one token, exactly as greedy decoding would produce them.
+Acceptance, commits, the loop guard and the statistics are computed for all rows at once on the
+device; the host reads one small tensor per step (how far the best and worst rows got, who finished)
+to steer the loop.
 Rows accept different numbers of drafts, so the caches are kept "padded consistently":
 
 - both KV caches (main model and head) grow by the same number of columns for every row; a row that
