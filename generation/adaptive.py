@@ -19,7 +19,9 @@ most expected committed tokens per second::
   recording the outcome (drafting, verification, bookkeeping and the read-back that ends every
   step). The first step of a call is not timed: its head also reads the whole prompt, once. A length
   not measured yet is estimated from the nearest measured one, each draft costing ``DRAFT_COST``
-  greedy steps.
+  greedy steps. That guess is corrected as soon as the length is tried, except for 0, which an
+  overestimate would keep from ever being tried: while the greedy step is unmeasured and drafting
+  does not look at least ``EXPLORE_MARGIN`` times faster, one greedy step measures it.
 
 A head that is never right drifts to length 0, plain greedy steps; as its failures decay, the prior
 lifts ``a_1`` until a one-token probe pays again, so a useless head costs a probe every few dozen
@@ -36,6 +38,7 @@ DECAY = 0.98
 PRIOR_WEIGHT = 0.5
 DRAFT_COST = 0.3
 COST_SMOOTHING = 0.25  # weight of the newest step in the running average of T(k)
+EXPLORE_MARGIN = 1.5
 
 
 class DraftLength:
@@ -83,6 +86,8 @@ class DraftLength:
             expected += reach
             if expected / self.cost(k) > best_rate:
                 best, best_rate = k, expected / self.cost(k)
+        if self.timed and 0 not in self.seconds and best_rate < EXPLORE_MARGIN / self.cost(0):
+            best = 0
         self.started = self.clock()
         return best
 

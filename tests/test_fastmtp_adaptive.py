@@ -36,21 +36,22 @@ def test_first_step_drafts_the_most_and_a_head_that_agrees_keeps_drafting_it():
 
 def test_a_head_that_never_agrees_falls_back_to_greedy_with_rare_probes():
     seen = draft_lengths(0.3, lambda k: [0] * k, 400)
-    assert seen[:3] == [3, 1, 0]
-    probes = [i for i, k in enumerate(seen) if k and i > 1]
+    assert seen[:4] == [3, 0, 1, 0]  # the second step measures what a greedy step costs
+    probes = [i for i, k in enumerate(seen) if k and i > 2]
     assert probes and all(seen[i] == 1 for i in probes)
-    gaps = [b - a for a, b in zip([1, *probes[:-1]], probes, strict=True)]
+    gaps = [b - a for a, b in zip([2, *probes[:-1]], probes, strict=True)]
     assert min(gaps) >= 20 and len(probes) <= 400 // 20
     # a whole batch failing is stronger evidence than one row: rarer probes
     batched = draft_lengths(0.3, lambda k: [0] * k, 400, rows=8)
-    assert sum(map(bool, batched[2:])) < len(probes)
+    assert sum(map(bool, batched[3:])) < len(probes)
 
 
 def test_the_length_follows_the_cost_of_a_draft():
     """The same head (draft 1 accepted half the time, draft 2 half the time after it, draft 3
     whenever draft 2 is) is worth one draft where a draft costs 0.35 greedy steps (1.5 / 1.35 tokens
-    per unit of time against 1.75 / 1.7 and 2 / 2.05) and all three where it costs 0.05 (2 / 1.15
-    against 1.75 / 1.1)."""
+    per unit of time against 1.75 / 1.7 and 2 / 2.05), all three where it costs 0.05 (2 / 1.15
+    against 1.75 / 1.1) and none where it costs 0.6 (1.5 / 1.6): there the greedy step's cost,
+    which no drafting step shows, has to be measured."""
     pattern = itertools.cycle([[1, 1, 1], [0, 0, 0], [1, 0, 0], [0, 0, 0]])
 
     def half(k: int) -> list[int]:
@@ -60,6 +61,8 @@ def test_the_length_follows_the_cost_of_a_draft():
     assert costly.count(1) > 0.8 * len(costly)
     cheap = draft_lengths(0.05, half, 400)[100:]
     assert cheap.count(3) > 0.8 * len(cheap)
+    dear = draft_lengths(0.6, half, 400)[100:]
+    assert dear.count(0) > 0.8 * len(dear)
 
 
 def test_draft_length_counts_rows_and_can_be_turned_off():
