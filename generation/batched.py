@@ -29,11 +29,11 @@ an error that says what to do instead.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from ..compat_jina_ocr import output_cache
 from .adaptive import DraftLength
 from .fastmtp import FastMTPDrafter, FastMTPStats, Pairs, compact, main_hidden, positions_and_valid
+from .growing_cache import growing_cache
 
 # Hole columns (summed over steps, for the row that accepted least) after which the caches are compacted.
 COMPACT_AFTER = 32
@@ -170,7 +170,7 @@ def generate_batched(
     guard = _Guard(loop_guard, batch, device)
     length = DraftLength(steps, stats.adaptive)
 
-    cache = DynamicCache()
+    cache = growing_cache()
     out = model(
         input_ids=input_ids,
         attention_mask=mask,

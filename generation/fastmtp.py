@@ -34,10 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import CandidateGenerator
 
 from .adaptive import DraftLength
+from .growing_cache import growing_cache
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Pairs:
         return self.tokens, self.hidden, self.positions, self.valid
 
 
-def compact(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+def compact(cache: Cache, mask: torch.Tensor) -> torch.Tensor:
     """Move every row's real cache columns to its right end, keeping their order, and drop the columns
     that are then padding in every row; returns the matching 2-D mask.
 
@@ -104,7 +105,7 @@ class FastMTPDrafter:
         self.model = model
         self.head = model.mtp_module.heads[0]
         self.feed_back_normed = model.config.mtp_feedback_hidden == "post_norm"
-        self.cache = DynamicCache()
+        self.cache = growing_cache()
         self.mask: torch.Tensor | None = None
         self.speculative = 0  # recursive entries at the end of the cache, removed by rollback()
 
