@@ -79,14 +79,15 @@ class DraftLength:
         """Drafts for the coming step (before any cap for the remaining token budget)."""
         if not self.adaptive:
             return self.most
-        best, best_rate = 0, 1.0 / self.cost(0)
+        best, best_speed = 0, 1.0 / self.cost(0)
         expected, reach = 1.0, 1.0
-        for k, rate in enumerate(self.acceptance(), start=1):
-            reach *= rate
+        for k, accepted in enumerate(self.acceptance(), start=1):
+            reach *= accepted
             expected += reach
-            if expected / self.cost(k) > best_rate:
-                best, best_rate = k, expected / self.cost(k)
-        if self.timed and 0 not in self.seconds and best_rate < EXPLORE_MARGIN / self.cost(0):
+            speed = expected / self.cost(k)
+            if speed > best_speed:
+                best, best_speed = k, speed
+        if self.timed and 0 not in self.seconds and best_speed < EXPLORE_MARGIN / self.cost(0):
             best = 0
         self.started = self.clock()
         return best

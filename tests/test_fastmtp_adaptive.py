@@ -42,8 +42,8 @@ def test_a_head_that_never_agrees_falls_back_to_greedy_with_rare_probes():
     gaps = [b - a for a, b in zip([2, *probes[:-1]], probes, strict=True)]
     assert min(gaps) >= 20 and len(probes) <= 400 // 20
     # a whole batch failing is stronger evidence than one row: rarer probes
-    batched = draft_lengths(0.3, lambda k: [0] * k, 400, rows=8)
-    assert sum(map(bool, batched[3:])) < len(probes)
+    eight_rows = draft_lengths(0.3, lambda k: [0] * k, 400, rows=8)
+    assert sum(map(bool, eight_rows[3:])) < len(probes)
 
 
 def test_the_length_follows_the_cost_of_a_draft():
