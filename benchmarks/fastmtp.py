@@ -22,10 +22,10 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.export.presets import PRESETS
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.generation.dispatch import NullStreamer
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 MID = {
@@ -57,16 +57,6 @@ class ReplayHead(nn.Module):
         rows = self.pads[: position_ids.shape[0], None]
         columns = (position_ids + 1 + rows).clamp(max=self.states.shape[1] - 1)
         return self.states.gather(1, columns[..., None].expand(-1, -1, self.states.shape[-1]))
-
-
-class Discard(BaseStreamer):
-    """A streamer that keeps nothing: FastMTP at batch 1 then runs in Transformers' loop, not ours."""
-
-    def put(self, value):
-        pass
-
-    def end(self):
-        pass
 
 
 class Timer:
@@ -177,7 +167,7 @@ def run(name, overrides, args):
         with head_replaced(model, replay):
             variants.append(("FastMTP correct drafts", variant(use_mtp=True)))
             if batch == 1:  # a streamer sends a batch-1 call into Transformers' assisted-decoding loop
-                variants.append(("  same, library loop", variant(use_mtp=True, streamer=Discard())))
+                variants.append(("  same, library loop", variant(use_mtp=True, streamer=NullStreamer())))
         for label, result in variants:
             if result["out"].tolist() != greedy["out"].tolist():  # only float near-ties may do this
                 print(

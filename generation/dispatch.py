@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers.generation import LogitsProcessorList
+from transformers.generation.streamers import BaseStreamer
 
 from .batched import _FORWARD_INPUTS, batched_refusals, check_batched_options, generate_batched
 from .fastmtp import FastMTPStats
@@ -36,6 +37,17 @@ from .settings import (
     LOOP_GUARD_WINDOW_KEY,
     STEPS_KEY,
 )
+
+
+class NullStreamer(BaseStreamer):
+    """A streamer that keeps nothing. A batch-1 FastMTP call given one runs in the library's
+    assisted-decoding loop instead of ours: the way to compare the two loops on the same call."""
+
+    def put(self, value):
+        pass
+
+    def end(self):
+        pass
 
 
 @dataclass

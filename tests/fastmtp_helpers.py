@@ -7,11 +7,11 @@ import itertools
 import torch
 from small_config import IMAGE, SMALL
 from torch import nn
-from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.generation import batched, fastmtp
 from jina_ocr.remote_code.generation.adaptive import DraftLength
+from jina_ocr.remote_code.generation.dispatch import NullStreamer
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.remote_code.processing_jina_ocr import PIXELS_PER_TOKEN
 
@@ -52,20 +52,9 @@ def page_batch(seed: int, sides: list[int], vocab: int, dtype=torch.float64) -> 
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
 
 
-class Discard(BaseStreamer):
-    """A streamer that keeps nothing. Only the library's assisted-decoding loop honours streamers, so
-    passing one runs a batch-1 FastMTP call there instead of in our loop."""
-
-    def put(self, value):
-        pass
-
-    def end(self):
-        pass
-
-
 def loop_options(loop: str) -> dict:
     """The ``generate`` options that run a batch-1 FastMTP call in ``loop`` ("ours" or "library")."""
-    return {"ours": {}, "library": {"streamer": Discard()}}[loop]
+    return {"ours": {}, "library": {"streamer": NullStreamer()}}[loop]
 
 
 def generate(model, inputs: dict, **options) -> torch.Tensor:
