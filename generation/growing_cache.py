@@ -1,4 +1,4 @@
-"""A dynamic KV cache whose appends copy only the new columns, for the FastMTP loops.
+"""A dynamic KV cache whose appends copy only the new columns, for decoding.
 
 The library's ``DynamicLayer`` appends with ``torch.cat``, which copies the whole cache of a layer at
 every decoding step: on the small bundled model at batch 1 that was about a tenth of a step (a profile
@@ -12,8 +12,9 @@ filled part, so an append writes only the new columns. Everything else about a d
   leave the batch, ``fastmtp.compact``) is detected at the next append, which copies it into fresh
   buffers once.
 
-Only the decoding loops use it, under ``torch.no_grad``: an append writes into memory that earlier
-views share, which autograd would refuse.
+Only decoding uses it (the FastMTP loops, and the library's loop when a call brings no cache of its
+own: dispatch.py), always under ``torch.no_grad``: an append writes into memory that earlier views
+share, which autograd would refuse.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""The FastMTP loops' KV cache: the same keys and values as the library's dynamic cache through every
+"""The decoding loops' KV cache: the same keys and values as the library's dynamic cache through every
 operation the loops apply (appends, crops, rows leaving, compaction), without copying the cache on an
-append."""
+append; and the library's own loop gets it when a call brings no cache."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from fastmtp_helpers import generate, page_batch, small_model
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
+from jina_ocr.remote_code.compat_jina_ocr import CACHE_FIELD
 from jina_ocr.remote_code.generation.fastmtp import compact
-from jina_ocr.remote_code.generation.growing_cache import MIN_ROOM, growing_cache
+from jina_ocr.remote_code.generation.growing_cache import MIN_ROOM, GrowingLayer, growing_cache
 
 
 def test_growing_cache_matches_the_dynamic_cache_through_the_loops_operations():
@@ -55,3 +59,20 @@ def test_growing_cache_matches_the_dynamic_cache_through_the_loops_operations():
     for _ in range(4):
         append(1)
         same()
+
+
+@pytest.mark.floor
+def test_the_librarys_loop_decodes_with_a_growing_cache_and_the_same_tokens():
+    """A call that runs in the library's loop without bringing a cache gets the growing one; a call
+    that brings a ``DynamicCache`` keeps it; both give the same tokens and the same cached keys."""
+    model = small_model()
+    inputs = page_batch(seed=3, sides=[64], vocab=model.config.vocab_size)
+    options = {"use_mtp": False, "return_dict_in_generate": True}
+    ours = generate(model, inputs, **options)
+    theirs = generate(model, inputs, **options, **{CACHE_FIELD: DynamicCache()})
+    assert torch.equal(ours.sequences, theirs.sequences)
+    ours_cache, theirs_cache = getattr(ours, CACHE_FIELD), getattr(theirs, CACHE_FIELD)
+    assert {type(layer) for layer in ours_cache.layers} == {GrowingLayer}
+    assert {type(layer) for layer in theirs_cache.layers} == {DynamicLayer}
+    for mine, reference in zip(ours_cache.layers, theirs_cache.layers, strict=True):
+        assert torch.equal(mine.keys, reference.keys) and torch.equal(mine.values, reference.values)
