@@ -1,6 +1,8 @@
 """Decode-step and prefill time of the full-size decoder against its memory floor, interleaved, in one run:
 each MoE dispatch in float32 (Transformers' grouped_mm kernel on the fused experts, the default; our
-eager grouped dispatch; a per-expert Python loop, the reference code's way) and the first two in bfloat16.
+eager grouped dispatch; a per-expert Python loop, the reference code's way) and the first two in bfloat16,
+all with the KV cache ``generate`` gives a plain decoding call (the growing cache), and the default
+dispatch once more with the library's ``DynamicCache``, which copies the whole cache at every step.
 
     python benchmarks/decode.py [--prompt 512] [--steps 8] [--rounds 3] [--layers 12] [--threads N]
 
@@ -10,7 +12,9 @@ layers, the dense one and N - 1 MoE layers, for a smaller machine). The memory f
 is the number of bytes it must read (attention, dense and shared MLPs, the router, the k selected
 experts of every MoE layer, the final norm and the LM head, plus the KV cache) over the copy rate of
 a large tensor. The copy rate varies from run to run on a shared machine, so every round measures it
-again right before its timings, and each row reports the median over rounds of (step / floor).
+again right before its timings, and each row reports the median over rounds of (step / floor). A copy
+writes every byte it reads, so a matrix-vector product can read faster than the copy rate: the last
+columns compare each step with the tighter floor of the read rate of a sum over the same tensor.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import statistics
 import time
 
 import torch
+from transformers import DynamicCache
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-from jina_ocr.remote_code.compat_jina_ocr import output_cache
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+from jina_ocr.remote_code.generation.growing_cache import growing_cache
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRExperts, JinaOCRForConditionalGeneration, JinaOCRMoE
 
 
@@ -79,27 +84,31 @@ def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
     return (total + kv) * size
 
 
-def copy_rate(megabytes: int = 1024, repeats: int = 5) -> float:
+def stream_rates(megabytes: int = 1024, repeats: int = 5) -> tuple[float, float]:
+    """(copy rate, read rate) in bytes of the source per second, best of ``repeats``: a copy also
+    writes what it reads, so the copy rate undercounts the traffic; a sum only reads."""
     src = torch.ones(megabytes * 2**20 // 4)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - start)
-    return src.numel() * 4 / best
+    rates = []
+    for operation in (lambda: dst.copy_(src), src.sum):
+        operation()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            operation()
+            best = min(best, time.perf_counter() - start)
+        rates.append(src.numel() * 4 / best)
+    return rates[0], rates[1]
 
 
-def time_decoder(model, ids: torch.Tensor, steps: int) -> tuple[float, float]:
-    """(median decode-step seconds, prefill seconds) for the prompt ``ids``."""
+def time_decoder(model, ids: torch.Tensor, steps: int, cache) -> tuple[float, float]:
+    """(median decode-step seconds, prefill seconds) for the prompt ``ids``, starting from the empty ``cache``."""
     prompt = ids.shape[1]
     with torch.no_grad():
         model(input_ids=ids[:, :16])  # warm-up
         start = time.perf_counter()
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - start
-        cache = output_cache(out)
         token = out.logits[:, -1:].argmax(-1)
         mask = torch.ones(1, prompt + 1, dtype=torch.long)
         times = []
@@ -128,23 +137,25 @@ def main() -> None:
     models = {"float32": build_model(config, torch.float32), "bfloat16": build_model(config, torch.bfloat16)}
     ids = torch.randint(0, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
     variants = (
-        ("grouped_mm kernel", "float32", "grouped_mm"),
-        ("eager grouped dispatch", "float32", "eager"),
-        ("per-expert Python loop", "float32", "per_expert_loop"),
-        ("grouped_mm kernel", "bfloat16", "grouped_mm"),
-        ("eager grouped dispatch", "bfloat16", "eager"),
+        ("grouped_mm kernel", "float32", "grouped_mm", growing_cache),
+        ("eager grouped dispatch", "float32", "eager", growing_cache),
+        ("per-expert Python loop", "float32", "per_expert_loop", growing_cache),
+        ("grouped_mm, DynamicCache", "float32", "grouped_mm", DynamicCache),
+        ("grouped_mm kernel", "bfloat16", "grouped_mm", growing_cache),
+        ("eager grouped dispatch", "bfloat16", "eager", growing_cache),
     )
     results = {variant[:2]: [] for variant in variants}
-    rates = []
+    copy_rates, read_rates = [], []
     for _ in range(args.rounds):
-        for name, precision, implementation in variants:
+        for name, precision, implementation, empty_cache in variants:
             model = models[precision]
             model.set_experts_implementation(implementation)
-            rate = copy_rate()  # right before the timings it is compared with
-            rates.append(rate)
-            step, prefill = time_decoder(model, ids, args.steps)
-            floor = step_bytes(model, args.prompt) / rate
-            results[(name, precision)].append((step, prefill, floor))
+            copy_rate, read_rate = stream_rates()  # right before the timings they are compared with
+            copy_rates.append(copy_rate)
+            read_rates.append(read_rate)
+            step, prefill = time_decoder(model, ids, args.steps, empty_cache())
+            size = step_bytes(model, args.prompt)
+            results[(name, precision)].append((step, prefill, size / copy_rate, size / read_rate))
 
     print(
         f"decoder with {args.layers} of 12 layers, batch 1, {args.threads} threads, prompt {args.prompt} tokens, "
@@ -152,16 +163,23 @@ def main() -> None:
     )
     for precision, model in models.items():
         print(f"{precision} decode step reads {step_bytes(model, args.prompt) / 1e9:.2f} GB")
-    print(f"copy rate {min(rates) / 1e9:.1f}-{max(rates) / 1e9:.1f} GB/s over the rounds")
-    header = f"{'MoE dispatch':<26}{'dtype':>9}{'step ms':>9}{'floor ms':>10}{'x floor':>9}{'prefill s':>11}"
+    for label, rates in (("copy", copy_rates), ("read", read_rates)):
+        print(f"{label} rate {min(rates) / 1e9:.1f}-{max(rates) / 1e9:.1f} GB/s over the rounds")
+    header = (
+        f"{'MoE dispatch':<26}{'dtype':>9}{'step ms':>9}{'floor ms':>10}{'x floor':>9}{'prefill s':>11}"
+        f"{'read floor ms':>15}{'x read floor':>14}"
+    )
     print(header)
     print("-" * len(header))
     for (name, precision), runs in results.items():
         step = statistics.median(r[0] for r in runs)
         prefill = statistics.median(r[1] for r in runs)
-        floor = statistics.median(r[2] for r in runs)
-        ratio = statistics.median(r[0] / r[2] for r in runs)
-        print(f"{name:<26}{precision:>9}{step * 1e3:>9.1f}{floor * 1e3:>10.1f}{ratio:>9.2f}{prefill:>11.2f}")
+        floor, read_floor = (statistics.median(r[k] for r in runs) for k in (2, 3))
+        ratio, read_ratio = (statistics.median(r[0] / r[k] for r in runs) for k in (2, 3))
+        print(
+            f"{name:<26}{precision:>9}{step * 1e3:>9.1f}{floor * 1e3:>10.1f}{ratio:>9.2f}{prefill:>11.2f}"
+            f"{read_floor * 1e3:>15.1f}{read_ratio:>14.2f}"
+        )
 
 
 if __name__ == "__main__":
