@@ -358,6 +358,24 @@ def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft
     assert load_file(str(into / "model.safetensors")).keys() == weights.keys()
 
 
+def test_the_decay_schedule_holds_the_peak_then_falls_linearly_to_the_final_rate(tmp_path):
+    """``--decay-steps``: warm-up, the peak until the last N steps, a straight line to ``min_lr_ratio``
+    at ``--steps``, and the final rate after it; without it the cosine runs over the whole run."""
+    from jina_ocr.train.sft import SFTOptions, learning_rate_factor
+
+    options = SFTOptions(out=tmp_path, steps=1000, warmup=10, min_lr_ratio=0.1, decay_steps=200)
+    factors = {
+        step: learning_rate_factor(step, options) for step in (0, 9, 10, 500, 800, 850, 900, 1000, 1300)
+    }
+    assert factors[0] == pytest.approx(0.1) and factors[9] == 1.0
+    assert factors[10] == factors[500] == factors[800] == 1.0
+    assert factors[850] == pytest.approx(0.775) and factors[900] == pytest.approx(0.55)
+    assert factors[1000] == pytest.approx(0.1) and factors[1300] == pytest.approx(0.1)
+    cosine = SFTOptions(out=tmp_path, steps=1000, warmup=10, min_lr_ratio=0.1)
+    assert learning_rate_factor(505, cosine) == pytest.approx(0.55)
+    assert learning_rate_factor(800, cosine) < 0.3
+
+
 def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
     """The optimiser, its schedule and the training step of ``train sft`` must fit one fixed batch: a
     learning rate of zero, a dead schedule or a step that does not update the weights leaves the loss

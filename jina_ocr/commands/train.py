@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sft.add_argument("--batch-size", type=int, default=8, help="pages per step (8)")
     sft.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of AdamW (1e-3)")
     sft.add_argument("--min-lr-ratio", type=float, default=0.1, help="final / peak learning rate (0.1)")
+    sft.add_argument(
+        "--decay-steps",
+        type=int,
+        help="hold the peak rate, then fall linearly to the final rate over the last N steps before --steps "
+        "(default: a cosine over the whole run)",
+    )
     sft.add_argument("--grad-clip", type=float, default=1.0, help="gradient-norm clipping threshold (1.0)")
     sft.add_argument("--warmup", type=int, default=100, help="linear warm-up steps (100)")
     sft.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay on matrices (0.05)")
@@ -273,6 +279,8 @@ def _sft(args: argparse.Namespace) -> Path:
     options = SFTOptions(**{name: getattr(args, name) for name in names}, recipe=recipe)
     _check_positive(options.steps, "--steps")
     _check_positive(options.batch_size, "--batch-size")
+    if options.decay_steps is not None:
+        _check_positive(options.decay_steps, "--decay-steps")
     for flag, folder in (("--init", options.init), ("--resume-from", options.resume_from)):
         if folder is not None and not (folder / "config.json").exists():
             raise UserError(f"{flag} {folder}: no config.json there; give the model/ folder of a run")

@@ -74,6 +74,7 @@ class SFTOptions:
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup: int = 100
+    decay_steps: int | None = None
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0
@@ -143,9 +144,16 @@ class Progress:
 
 
 def learning_rate_factor(step: int, options: SFTOptions) -> float:
-    """Linear warm-up to the peak, then a cosine down to ``min_lr_ratio`` of it at ``options.steps``."""
+    """Linear warm-up to the peak, then down to ``min_lr_ratio`` of it at ``options.steps``: a cosine
+    over the whole run, or with ``decay_steps`` the peak held until the last ``decay_steps`` steps and a
+    linear fall over them (warm-up, stable, decay), so a run at a constant rate can be cooled down from
+    any of its checkpoints by resuming a copy of it with a later end."""
     if step < options.warmup:
         return (step + 1) / options.warmup
+    if options.decay_steps is not None:
+        start = options.steps - options.decay_steps
+        progress = min(1.0, max(0.0, (step - start) / options.decay_steps))
+        return 1 - (1 - options.min_lr_ratio) * progress
     progress = min(1.0, (step - options.warmup) / max(1, options.steps - options.warmup))
     return options.min_lr_ratio + (1 - options.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
