@@ -83,6 +83,7 @@ def test_sft_smoke_run_logs_losses_and_held_out_metrics_and_resumes(sft_run):
             "stage": "rows",
             "towers_ready": False,
             "rewarm_from": None,
+            "glyph_head_ready": True,
         }
     )
     recipe = json.loads((out / "options.json").read_text())["recipe"]
@@ -110,8 +111,11 @@ def test_a_run_resumes_from_the_model_files_alone(sft_run):
     assert json.loads((again / "options.json").read_text())["resume_from"] == str(out / "model")
     # A fresh optimizer ramps its rate up again instead of starting at the schedule's value.
     assert losses[0]["lr"] < 1e-3 / 10
-    # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping.
-    assert torch.load(again / "checkpoint.pt", weights_only=False)["progress"]["rewarm_from"] == 3
+    # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping, and that
+    # its fresh glyph head is still catching up (one step does not bring it to GLYPH_HEAD_READY).
+    progress = torch.load(again / "checkpoint.pt", weights_only=False)["progress"]
+    assert progress["rewarm_from"] == 3 and progress["glyph_head_ready"] is False
+    assert not [r for r in log if "glyph_head_ready" in r]
 
 
 def test_training_only_parts_never_ship_with_the_model(sft_run):
@@ -458,6 +462,46 @@ def test_towers_from_glyphs_learn_from_the_glyph_loss_alone(tmp_path):
         torch.testing.assert_close(got, want)
     towers, _ = gradients(detach_visual=False)
     assert not all(torch.allclose(got, want) for got, want in zip(towers, expected, strict=True))
+
+
+def test_a_fresh_glyph_head_catching_up_leaves_the_towers_alone(tmp_path):
+    """While a fresh glyph head catches up (``glyph_head_alone``) the glyph loss trains that head and
+    reaches neither the towers (with --towers-from-glyphs they then get no gradient at all, in the
+    towers-first phase too) nor anything else; the decoder still learns from its own losses."""
+    from training_helpers import page_batch, small_trainee
+
+    from jina_ocr.train.vision import vision_parameters
+
+    options = SFTOptions(out=tmp_path, glyph_weight=4.0)
+    autocast = torch.autocast("cpu", enabled=False)
+    for towers_only in (False, True):
+        model, head, probes = small_trainee(detach_visual=True)
+        loss, _ = supervised_losses(
+            model, head, probes, page_batch(1), options, autocast, towers_only, glyph_head_alone=True
+        )
+        loss.backward()
+        assert all(p.grad is None or not p.grad.any() for p in vision_parameters(model))
+        assert all(p.grad is not None and p.grad.any() for p in head.parameters())
+        decoder = [p.grad for p in model.model.layers.parameters() if p.grad is not None]
+        assert not decoder if towers_only else any(g.any() for g in decoder)
+
+
+def test_the_glyph_head_is_ready_once_its_running_accuracy_reaches_the_threshold():
+    """The catch-up ends at the step where the running mean of the training glyph accuracy (smoothing
+    0.1, from 0) first reaches GLYPH_HEAD_READY (0.5): after eight steps at 0.9, not after seven, and the
+    log says so once."""
+    from types import SimpleNamespace
+
+    from jina_ocr.train.sft import Progress
+
+    logged = []
+    trainer = SimpleNamespace(progress=Progress(step=10, glyph_head_ready=False), glyph_acc=0.0)
+    trainer.log = logged.append
+    for step in range(1, 10):
+        trainer.progress.step = 10 + step
+        _Trainer._follow_glyph_head(trainer, {"glyph_correct": 9.0, "glyph_slots": 10.0})
+        assert trainer.progress.glyph_head_ready is (step >= 8)
+    assert logged == [{"step": 18, "glyph_head_ready": True}]
 
 
 def test_compiled_towers_train_as_the_eager_ones_under_the_same_names(tmp_path):
