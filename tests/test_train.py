@@ -111,8 +111,8 @@ def test_a_run_resumes_from_the_model_files_alone(sft_run):
     assert json.loads((again / "options.json").read_text())["resume_from"] == str(out / "model")
     # A fresh optimizer ramps its rate up again instead of starting at the schedule's value.
     assert losses[0]["lr"] < 1e-3 / 10
-    # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping, and that
-    # its fresh glyph head is still catching up (one step does not bring it to GLYPH_HEAD_READY).
+    # Its checkpoint keeps the ramp's start, so a rerun from the checkpoint goes on ramping, and records
+    # that its fresh glyph head is still catching up (one step does not bring it to GLYPH_HEAD_READY).
     progress = torch.load(again / "checkpoint.pt", weights_only=False)["progress"]
     assert progress["rewarm_from"] == 3 and progress["glyph_head_ready"] is False
     assert not [r for r in log if "glyph_head_ready" in r]
@@ -466,8 +466,8 @@ def test_towers_from_glyphs_learn_from_the_glyph_loss_alone(tmp_path):
 
 def test_a_fresh_glyph_head_catching_up_leaves_the_towers_alone(tmp_path):
     """While a fresh glyph head catches up (``glyph_head_alone``) the glyph loss trains that head and
-    reaches neither the towers (with --towers-from-glyphs they then get no gradient at all, in the
-    towers-first phase too) nor anything else; the decoder still learns from its own losses."""
+    reaches nothing else: with --towers-from-glyphs the towers then get no gradient at all, in the
+    towers-first phase too, while the decoder still learns from its own losses."""
     from training_helpers import page_batch, small_trainee
 
     from jina_ocr.train.vision import vision_parameters
