@@ -11,7 +11,8 @@ Rows accept different numbers of drafts, so the caches are kept "padded consiste
 
 - both KV caches (main model and head) grow by the same number of columns for every row; a row that
   accepted fewer drafts than the best row of the step leaves masked holes in its columns, and the
-  2-D attention masks (from which the model also derives its position ids) skip them;
+  2-D attention masks skip them (position ids are counted per row and passed to every forward);
+  until the first hole, a batch without padding needs no masks at all (nor does batch size 1 ever);
 - the columns no row accepted are cropped at once, so a step that rejects everything costs no memory;
 - once the holes of the last steps add up to ``COMPACT_AFTER`` columns, and whenever rows leave
   the batch after holes were made (the row that left may have been the longest), both caches are
@@ -162,18 +163,24 @@ def generate_batched(
     device = input_ids.device
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     stop_ids = torch.tensor(eos_token_ids, dtype=torch.long, device=device)
+    # While no row has padding or holes, every cache column is real: the forwards then take no 2-D
+    # mask (as in the library's loop), so they build no padding mask and count no positions over it.
+    # ``main_mask`` is None for as long as that holds; the one read of the prompt mask decides it.
+    dense = attention_mask is None or bool(mask.all())
+    main_mask = None if dense else mask
     # Generated tokens of every original row; a spare last column takes the writes of masked slots.
     generated = torch.full((batch, max_new_tokens + 1), pad_token_id, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)  # original row of each row still in the batch
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens generated per row
-    final_lengths = torch.ones(batch, dtype=torch.long, device=device)  # the same, per original row
+    # The same per original row, written when the row leaves the batch.
+    final_lengths = torch.zeros(batch, dtype=torch.long, device=device)
     guard = _Guard(loop_guard, batch, device)
     length = DraftLength(steps, stats.adaptive)
 
     cache = growing_cache()
     out = model(
         input_ids=input_ids,
-        attention_mask=mask,
+        attention_mask=main_mask,
         cache=cache,
         use_cache=True,
         logits_to_keep=1,
@@ -181,32 +188,35 @@ def generate_batched(
     )
     cache = output_cache(out)
     first = guard.choose(out.logits[:, -1:])[:, 0]
-    positions, valid = positions_and_valid(mask, batch, prompt_length, device)
-    pending = Pairs(
-        tokens=torch.cat([input_ids[:, 1:], first[:, None]], dim=1),
-        hidden=main_hidden(model.config, out),
-        positions=positions,
-        valid=valid,
-        last=torch.full((batch,), prompt_length - 1, device=device),
-    )
+    positions, valid = positions_and_valid(main_mask, batch, prompt_length, device)
+    # Pairs the head has not read yet, one block per step since the last step that drafted.
+    unread = [
+        Pairs(
+            tokens=torch.cat([input_ids[:, 1:], first[:, None]], dim=1),
+            hidden=main_hidden(model.config, out),
+            positions=positions,
+            valid=valid,
+            last=torch.full((batch,), prompt_length - 1, device=device),
+        )
+    ]
     drafter = FastMTPDrafter(model)
-    last_token, main_mask = first, mask
+    last_token = first
+    position = mask.sum(dim=1)  # rotary position of last_token: the real tokens before it
+    spans = [torch.arange(k + 1, device=device) for k in range(steps + 1)]
     row_stops = row_stops or []
 
-    def stopped_rows(tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        stopped = torch.zeros_like(counts, dtype=torch.bool)
+    def finished_rows(stops: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Rows that end with this step's commits: an EOS committed, the token budget spent, or a row
+        stopping criterion."""
+        finished = stops | (lengths >= max_new_tokens)
         for criterion in row_stops:
-            stopped |= criterion.commit_rows(rows, tokens, counts)
-        return stopped
+            finished = finished | criterion.commit_rows(rows, tokens, counts)
+        return finished
 
-    finished = (
-        torch.isin(first, stop_ids)
-        | (max_new_tokens <= 1)
-        | stopped_rows(first[:, None], torch.ones_like(first))
-    )
     generated[:, 0] = first
     lengths += 1
     guard.commit(first[:, None], torch.ones_like(first))
+    finished = finished_rows(torch.isin(first, stop_ids), first[:, None], torch.ones_like(first))
     room, holes, holed = max_new_tokens - 1, 0, False
 
     def choose_drafts(logits: torch.Tensor, drafts: list[torch.Tensor]) -> torch.Tensor:
@@ -215,16 +225,13 @@ def generate_batched(
     done = int(finished.sum())
     while True:
         if done:
+            final_lengths[rows] = lengths
             kept = (~finished).nonzero().flatten()
             if not kept.numel():
                 break
-            rows, lengths, last_token, main_mask = (
-                rows[kept],
-                lengths[kept],
-                last_token[kept],
-                main_mask[kept],
-            )
-            pending = pending.select(kept)
+            rows, lengths, last_token, position = rows[kept], lengths[kept], last_token[kept], position[kept]
+            main_mask = None if main_mask is None else main_mask[kept]
+            unread = [pairs.select(kept) for pairs in unread]
             cache.batch_select_indices(kept)
             drafter.select(kept)
             guard.select(kept)
@@ -232,16 +239,19 @@ def generate_batched(
                 holes = COMPACT_AFTER
         k = min(length.next(), room - 1)
         if k > 0:
-            drafts = drafter.draft(pending, k, choose_drafts)
+            drafts = drafter.draft(Pairs.join(unread), k, choose_drafts)
             drafter.rollback()
-            pending = None
+            unread = []
+            k = drafts.shape[1]
+            verify_ids = torch.cat([last_token[:, None], drafts], dim=1)
         else:
-            drafts = last_token.new_empty(rows.numel(), 0)
-        k = drafts.shape[1]
-        verify_ids = torch.cat([last_token[:, None], drafts], dim=1)
+            drafts, verify_ids = None, last_token[:, None]
+        span = spans[k]
+        verify_mask = None if main_mask is None else torch.cat([main_mask, torch.ones_like(verify_ids)], 1)
         out = model(
             input_ids=verify_ids,
-            attention_mask=torch.cat([main_mask, torch.ones_like(verify_ids)], dim=1),
+            attention_mask=verify_mask,
+            position_ids=position[:, None] + span,
             cache=cache,
             use_cache=True,
             logits_to_keep=k + 1,
@@ -249,51 +259,58 @@ def generate_batched(
         cache = output_cache(out)
         stats.forwards += 1
         targets = guard.choose(out.logits, drafts)  # (A, k + 1)
-        accepted = (targets[:, :k] == drafts).long().cumprod(dim=1).sum(dim=1)
-        span = torch.arange(k + 1, device=device)
-        inside = span[None] <= accepted[:, None]
-        stops = torch.isin(targets, stop_ids) & inside
-        committed = torch.minimum(
-            torch.where(stops.any(dim=1), stops.long().argmax(dim=1) + 1, accepted + 1),
-            max_new_tokens - lengths,
-        )
-        columns = torch.where(span[None] < committed[:, None], lengths[:, None] + span, max_new_tokens)
-        generated[rows[:, None].expand_as(columns), columns] = targets
+        if k:
+            accepted = (targets[:, :k] == drafts).long().cumprod(dim=1).sum(dim=1)
+            stops = torch.isin(targets, stop_ids) & (span[None] <= accepted[:, None])
+            stopped = stops.any(dim=1)
+            committed = torch.minimum(
+                torch.where(stopped, stops.long().argmax(dim=1) + 1, accepted + 1), max_new_tokens - lengths
+            )
+            columns = torch.where(span[None] < committed[:, None], lengths[:, None] + span, max_new_tokens)
+            generated[rows[:, None].expand_as(columns), columns] = targets
+        else:  # one token per row; every row in the batch has room for it
+            accepted, committed = torch.zeros_like(lengths), torch.ones_like(lengths)
+            stopped = torch.isin(targets[:, 0], stop_ids)
+            generated[rows, lengths] = targets[:, 0]
         lengths = lengths + committed
-        final_lengths[rows] = lengths
         guard.commit(targets, committed)
-        finished = stops.any(dim=1) | (lengths >= max_new_tokens) | stopped_rows(targets, committed)
-        summary = torch.cat(
-            [
-                (accepted[:, None] > span[None, :k]).sum(dim=0),
-                torch.bincount(committed, minlength=k + 2),
-                torch.stack(
-                    [
-                        accepted.max(),
-                        accepted.min(),
-                        torch.where(finished, 0, max_new_tokens - lengths).max(),
-                        finished.sum(),
-                    ]
-                ),
-            ]
-        ).tolist()  # the one read of the step
-        best, worst, room, done = summary[-4:]
-        stats.record_rows(k, rows.numel(), summary[:k], dict(enumerate(summary[k:-4])))
-        length.update(k, summary[:k], rows.numel())
+        finished = finished_rows(stopped, targets, committed)
+        ends = torch.stack([torch.where(finished, 0, max_new_tokens - lengths).max(), finished.sum()])
+        if k:
+            summary = torch.cat(
+                [
+                    (accepted[:, None] > span[None, :k]).sum(dim=0),
+                    torch.bincount(committed, minlength=k + 2),
+                    torch.stack([accepted.max(), accepted.min()]),
+                    ends,
+                ]
+            ).tolist()  # the one read of the step
+            per_depth, counts, (best, worst, room, done) = summary[:k], summary[k:-4], summary[-4:]
+        else:  # no drafts: each row committed one token; the step's one read is just its ends
+            room, done = ends.tolist()
+            per_depth, counts, best, worst = [], [0, rows.numel()], 0, 0
+        stats.record_rows(k, rows.numel(), per_depth, dict(enumerate(counts)))
+        length.update(k, per_depth, rows.numel())
         if best < k:
             cache.crop(-(k - best))
-        valid = (span[None, : best + 1] <= accepted[:, None]).long()
-        position = main_mask.sum(dim=1)  # the position of last_token
-        main_mask = torch.cat([main_mask, valid], dim=1)
-        fresh = Pairs(
-            tokens=targets[:, : best + 1],
-            hidden=main_hidden(model.config, out)[:, : best + 1],
-            positions=position[:, None] + span[: best + 1],
-            valid=valid,
-            last=accepted,
+        valid = None
+        if best > worst or main_mask is not None:  # rows accepted different numbers of drafts: holes
+            valid = (span[None, : best + 1] <= accepted[:, None]).long()
+            if main_mask is None:
+                width = cache.get_seq_length() - best - 1  # the columns before this step's
+                main_mask = torch.ones(rows.numel(), width, dtype=torch.long, device=device)
+            main_mask = torch.cat([main_mask, valid], dim=1)
+        unread.append(
+            Pairs(
+                tokens=targets[:, : best + 1],
+                hidden=main_hidden(model.config, out)[:, : best + 1],
+                positions=position[:, None] + span[: best + 1],
+                valid=valid,
+                last=accepted,
+            )
         )
-        pending = fresh if pending is None else pending.then(fresh)
         last_token = targets.gather(1, accepted[:, None])[:, 0]
+        position = position + accepted + 1
         holes += best - worst
         holed = holed or best > worst
         if holes >= COMPACT_AFTER:

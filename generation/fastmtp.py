@@ -44,27 +44,42 @@ from .growing_cache import growing_cache
 @dataclass
 class Pairs:
     """New head inputs, (B, q) each: ``tokens`` x_{j+1}, ``hidden`` h_j (B, q, H), ``positions`` the
-    rotary position of h_j, ``valid`` 1 for a real pair and 0 for padding; ``last`` (B,) the index of
-    each row's newest real pair, which yields its first draft."""
+    rotary position of h_j, ``valid`` 1 for a real pair and 0 for padding (None: all real); ``last``
+    (B,) the index of each row's newest real pair, which yields its first draft."""
 
     tokens: torch.Tensor
     hidden: torch.Tensor
     positions: torch.Tensor
-    valid: torch.Tensor
+    valid: torch.Tensor | None
     last: torch.Tensor
 
     def select(self, rows: torch.Tensor) -> Pairs:
-        return Pairs(*(t[rows] for t in (self.tokens, self.hidden, self.positions, self.valid, self.last)))
-
-    def then(self, later: Pairs) -> Pairs:
-        """These pairs followed by ``later`` ones (steps that drafted nothing leave pairs unread)."""
         return Pairs(
-            *(torch.cat([a, b], dim=1) for a, b in zip(self._columns(), later._columns(), strict=True)),
-            last=self.tokens.shape[1] + later.last,
+            *(None if t is None else t[rows] for t in (self.tokens, self.hidden, self.positions, self.valid)),
+            last=self.last[rows],
         )
 
-    def _columns(self) -> tuple[torch.Tensor, ...]:
-        return self.tokens, self.hidden, self.positions, self.valid
+    @staticmethod
+    def join(parts: list[Pairs]) -> Pairs:
+        """The pairs of ``parts`` in order, in one block (steps that drafted nothing leave their pairs
+        unread; they are joined once, when a step drafts)."""
+        if len(parts) == 1:
+            return parts[0]
+        valid = None
+        if any(part.valid is not None for part in parts):
+            valid = torch.cat([real_pairs(part.tokens, part.valid) for part in parts], dim=1)
+        return Pairs(
+            tokens=torch.cat([part.tokens for part in parts], dim=1),
+            hidden=torch.cat([part.hidden for part in parts], dim=1),
+            positions=torch.cat([part.positions for part in parts], dim=1),
+            valid=valid,
+            last=sum(part.tokens.shape[1] for part in parts[:-1]) + parts[-1].last,
+        )
+
+
+def real_pairs(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """``valid`` as a (B, q) long tensor, ones when it is None."""
+    return torch.ones_like(tokens) if valid is None else valid.to(tokens.dtype)
 
 
 def compact(cache: Cache, mask: torch.Tensor) -> torch.Tensor:
@@ -113,7 +128,12 @@ class FastMTPDrafter:
         return self.cache.get_seq_length()
 
     def _step(self, tokens, hidden, positions, valid) -> torch.Tensor:
-        self.mask = valid if self.mask is None else torch.cat([self.mask, valid], dim=1)
+        """Run the head over new entries; ``valid`` None when all are real. While every entry so far
+        was real the head attends without a padding mask, as the main model does then."""
+        if valid is not None and self.mask is None:
+            self.mask = torch.ones(tokens.shape[0], len(self), dtype=tokens.dtype, device=tokens.device)
+        if self.mask is not None:
+            self.mask = torch.cat([self.mask, real_pairs(tokens, valid)], dim=1)
         embeddings = self.model.get_input_embeddings()(tokens)
         return self.head(embeddings, hidden, positions, cache=self.cache, attention_mask=self.mask)
 
@@ -130,7 +150,7 @@ class FastMTPDrafter:
         the same logits processors as verification does. Drafting stops early once every row's last
         draft is in ``stop_ids`` (EOS): nothing after it can be committed.
         """
-        out = self._step(pairs.tokens, pairs.hidden, pairs.positions, pairs.valid.to(pairs.tokens.dtype))
+        out = self._step(pairs.tokens, pairs.hidden, pairs.positions, pairs.valid)
         rows = torch.arange(out.shape[0], device=out.device)
         state = out[rows, pairs.last]
         position = pairs.positions[rows, pairs.last]
@@ -144,9 +164,7 @@ class FastMTPDrafter:
                 break
             feedback = normed if self.feed_back_normed else state
             position = position + 1
-            out = self._step(
-                token[:, None], feedback[:, None], position[:, None], torch.ones_like(token)[:, None]
-            )
+            out = self._step(token[:, None], feedback[:, None], position[:, None], None)
             self.speculative += 1
             state = out[:, -1]
         return torch.stack(drafts, dim=1)
@@ -155,7 +173,8 @@ class FastMTPDrafter:
         """Drop the recursive entries: the cache keeps only pairs built from main-model states."""
         if self.speculative:
             self.cache.crop(-self.speculative)
-            self.mask = self.mask[:, : -self.speculative]
+            if self.mask is not None:
+                self.mask = self.mask[:, : -self.speculative]
             self.speculative = 0
 
     def select(self, rows: torch.Tensor) -> None:
@@ -231,10 +250,10 @@ class FastMTPStats:
 
 
 def positions_and_valid(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> tuple:
-    """Rotary positions counted over real tokens, and the real-token mask, for ``length`` columns."""
+    """Rotary positions counted over real tokens, and the real-token mask (None: no padding), for
+    ``length`` columns."""
     if attention_mask is None:
-        positions = torch.arange(length, device=device).expand(batch, length)
-        return positions, torch.ones(batch, length, dtype=torch.long, device=device)
+        return torch.arange(length, device=device).expand(batch, length), None
     mask = attention_mask[:, :length].long()
     return (mask.cumsum(-1) - 1).clamp(min=0), mask
 
@@ -288,7 +307,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
             tokens=input_ids[:, start + 1 :],
             hidden=self.unread,
             positions=positions[:, start:],
-            valid=valid[:, start:],
+            valid=None if valid is None else valid[:, start:],
             last=torch.tensor([length - 2 - start], device=input_ids.device),
         )
         self.unread = None

@@ -119,17 +119,32 @@ def full_length_greedy(model, inputs, options: dict) -> torch.Tensor:
     raise AssertionError("every token ends some row")
 
 
-def test_compacting_every_step_keeps_batched_output_identical(monkeypatch):
+def pad_free(inputs: dict, rows: int, mask: bool) -> dict:
+    """``rows`` copies of the longest prompt of ``inputs``: no padding, with an all-ones mask or none."""
+    longest = int(inputs["attention_mask"].sum(1).argmax())
+    batch = {
+        "input_ids": inputs["input_ids"][longest].expand(rows, -1).clone(),
+        "pixel_values": inputs["pixel_values"][longest].expand(rows, -1, -1, -1).clone(),
+    }
+    if mask:
+        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    return batch
+
+
+@pytest.mark.parametrize("prompts", ["padded", "pad-free", "pad-free, no mask"])
+def test_compacting_every_step_keeps_batched_output_identical(monkeypatch, prompts):
     """Row 0 gets correct drafts and the others wrong ones, so every step leaves holes in the other
     rows; compaction after every step moves the caches' real columns together and must change
-    nothing in the output."""
+    nothing in the output. Pad-free prompts start without masks, which the first holes bring in."""
     wide = small_model(seed=3, hidden_size=48, vocab_size=40)
     inputs = page_batch(61, [128] * 3, 40)
+    if prompts != "padded":
+        inputs = pad_free(inputs, 3, mask=prompts == "pad-free")
     options = {"max_new_tokens": 16, "mtp_adaptive_drafting": False, **GUARD}
     greedy = full_length_greedy(wide, inputs, options)
     wrong = greedy.clone()
     wrong[1:] = torch.where(wrong[1:] == 3, 4, 3)  # never the greedy token
-    pads = (1 - inputs["attention_mask"]).sum(1).tolist()
+    pads = (1 - inputs.get("attention_mask", torch.ones_like(inputs["input_ids"]))).sum(1).tolist()
     head = OracleHead(wide, wrong, pads)
     monkeypatch.setitem(wide.mtp_module.heads._modules, "0", head)
     select = fastmtp.FastMTPDrafter.select
