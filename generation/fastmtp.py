@@ -281,7 +281,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         self.logits_processor = logits_processor
         self.stats = stats
         self.known = 0  # main-model states received so far (positions 0 .. known-1)
-        self.unread: torch.Tensor | None = None  # received states the head has not consumed yet
+        self.unread: list[torch.Tensor] = []  # received states the head has not consumed yet, per step
         self.drafted = 0
 
     def get_candidates(
@@ -293,7 +293,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         length = input_ids.shape[1]
         fresh = length - 1 - self.known  # states the last forward made valid: its accepted prefix
         new = main_hidden(self.config, model_outputs)[:, :fresh]
-        self.unread = new if self.unread is None else torch.cat([self.unread, new], dim=1)
+        self.unread.append(new)
         self.known = length - 1
         # No drafts when the next token is the last one allowed, or when drafting does not pay
         # (adaptive drafting): the unread states wait for the next step that drafts.
@@ -305,12 +305,12 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         positions, valid = positions_and_valid(mask, 1, length - 1, input_ids.device)
         pairs = Pairs(
             tokens=input_ids[:, start + 1 :],
-            hidden=self.unread,
+            hidden=torch.cat(self.unread, dim=1),
             positions=positions[:, start:],
             valid=None if valid is None else valid[:, start:],
             last=torch.tensor([length - 2 - start], device=input_ids.device),
         )
-        self.unread = None
+        self.unread = []
 
         def choose(logits, drafts):
             ids = torch.cat([input_ids, *(d[:, None] for d in drafts)], dim=1)
