@@ -4,6 +4,7 @@ one small tensor per step instead of per-row values."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -169,6 +170,36 @@ def test_compacting_every_step_keeps_batched_output_identical(monkeypatch, promp
     assert stats["accepted_per_depth"][-1] >= 3  # row 0 accepted every draft of several steps
     assert sizes and all(after == cached for _, after, cached in sizes)
     assert any(after < before for before, after, _ in sizes)  # holes were dropped
+
+
+def test_a_pad_free_batch_decodes_without_masks(model, monkeypatch):
+    """A 2-D mask costs every forward an additive padding mask and a count of positions over it; a
+    batch without padding or holes (batch size 1 never has holes) passes none to the main model or
+    the head, and the positions it counts itself."""
+    inputs = pad_free(page_batch(53, [128] * 2, 200), 1, mask=True)
+    options = {"max_new_tokens": 12, "eos_token_id": 199, "mtp_adaptive_drafting": False, **GUARD}
+    greedy = generate(model, inputs, use_mtp=False, **options)
+    head = model.mtp_module.heads[0]
+    seen = {"main": [], "head": []}
+
+    def recording(name, forward):
+        @functools.wraps(forward)
+        def call(*args, **kwargs):
+            seen[name].append(kwargs)
+            return forward(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(model, "forward", recording("main", model.forward))
+    monkeypatch.setattr(head, "forward", recording("head", head.forward))
+    assert generate(model, inputs, use_mtp=True, **options).tolist() == greedy.tolist()
+    assert seen["head"] and all(call["attention_mask"] is None for call in seen["head"])
+    prefill, *steps = seen["main"]
+    assert steps and all(call["attention_mask"] is None for call in seen["main"])
+    prompt = inputs["input_ids"].shape[1]
+    starts = [int(call["position_ids"][0, 0]) for call in steps]
+    assert starts[0] == prompt and starts == sorted(set(starts))
+    assert all(call["position_ids"].shape == call["input_ids"].shape for call in steps)
 
 
 def test_compact_moves_real_columns_right_in_order():
