@@ -172,7 +172,7 @@ def ref_routed(x, router, expert, top_k, renormalise=False, scaling=1.0):
     out = []
     for token in x:
         probs = (token @ router.T).softmax(-1)
-        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[:top_k]
+        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e].detach()))[:top_k]
         total = sum(probs[e] for e in chosen) if renormalise else 1.0
         out.append(sum(probs[e] / total * scaling * expert(token, e) for e in chosen))
     return torch.stack(out)
