@@ -294,7 +294,7 @@ def generate_batched(
         if best < k:
             cache.crop(-(k - best))
         valid = None
-        if best > worst or main_mask is not None:  # rows accepted different numbers of drafts: holes
+        if best > worst or main_mask is not None:  # holes now (rows accepted differently) or earlier
             valid = (span[None, : best + 1] <= accepted[:, None]).long()
             if main_mask is None:
                 width = cache.get_seq_length() - best - 1  # the columns before this step's
