@@ -20,10 +20,11 @@ from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
+from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.graft import graft
 from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer
-from jina_ocr.train.mtp import collate, depth_weights, mtp_losses
+from jina_ocr.train.mtp import collate, depth_weights, distill, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, _Trainer, moments_by_name, starting_model, supervised_losses
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
@@ -178,11 +179,26 @@ def test_graft_refuses_towers_of_another_shape(sft_run, tmp_path):
         assert (run / name).read_bytes() == (out / name).read_bytes()
 
 
-def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):
+def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path, monkeypatch, capsys):
     sft_out = sft_run[0]
     out = tmp_path / "mtp"
     args = ["train", "mtp", str(sft_out / "model"), str(out), "--pages", "3", "--held-out", "1"]
-    assert main([*args, "--epochs", "1", "--batch-size", "2", "--max-new-tokens", "6", "--threads", "2"]) == 0
+    assert main([*args, "--letter-words", "2"]) != 0
+    assert "--letter-words 2.0: give a share from 0 to 1" in capsys.readouterr().err
+    distilled_pages = []
+
+    def distill_spy(model, processor, pages, *rest):
+        distilled_pages.extend(pages)
+        return distill(model, processor, pages, *rest)
+
+    monkeypatch.setattr("jina_ocr.train.mtp.distill", distill_spy)
+    args += ["--letter-words", "1", "--epochs", "1", "--batch-size", "2", "--max-new-tokens", "6"]
+    assert main([*args, "--threads", "2"]) == 0
+    # The head learns from pages whose drill words are random letters when asked to.
+    last = len(STAGES) - 1
+    lettered = [PageRecipe(letter_words=1.0).training_page(2, i, last).markdown for i in range(1, 4)]
+    assert [page.markdown for page in distilled_pages] == lettered
+    assert lettered != [PageRecipe().training_page(2, i, last).markdown for i in range(1, 4)]
     log = _log(out)
     assert [len(r["loss_per_depth"]) for r in log if "loss" in r] == [3]
     assert len([r for r in log if "held_out_accuracy_per_depth" in r]) == 2
@@ -192,7 +208,7 @@ def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path):
     assert changed and all(k.startswith("mtp_module.") for k in changed)
     # The files may be bundled: they record the head's options, not the training machine's folders.
     settings = (out / "model" / "jina_ocr_model.json").read_text(encoding="utf-8")
-    assert '"epochs": 1' in settings and str(sft_out) not in settings
+    assert '"epochs": 1' in settings and '"letter_words": 1.0' in settings and str(sft_out) not in settings
 
 
 def test_depth_weights_are_fastmtp_s():

@@ -180,6 +180,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mtp.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of AdamW (1e-3)")
     mtp.add_argument("--held-out", type=int, default=32, help="distilled sequences kept for evaluation (32)")
     mtp.add_argument("--max-new-tokens", type=int, default=192, help="greedy tokens per page (192)")
+    mtp.add_argument(
+        "--letter-words",
+        type=float,
+        default=0.0,
+        help="share of the pages' drill words made of random letters, which only the image predicts (0)",
+    )
     mtp.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     mtp.add_argument("--threads", type=int, help="torch CPU threads")
     _add_bundle_arguments(phases)
@@ -261,8 +267,7 @@ def _sft(args: argparse.Namespace) -> Path:
             )
         args.advance_cer = tuple(args.advance_cer)
     for flag, share in (("--letter-words", args.letter_words), ("--row-phase", args.row_phase)):
-        if share is not None and not 0 <= share <= 1:
-            raise UserError(f"{flag} {share}: give a share from 0 to 1")
+        _check_share(share, flag)
     args.align_layers = tuple(args.align_layers)
     names = {
         name
@@ -293,6 +298,7 @@ def _mtp(args: argparse.Namespace) -> Path:
     names = set(MTPOptions.__dataclass_fields__)
     options = MTPOptions(**{name: getattr(args, name) for name in names})
     _check_positive(options.pages, "--pages")
+    _check_share(options.letter_words, "--letter-words")
     if options.held_out >= options.pages:
         raise UserError(
             f"--held-out {options.held_out} leaves no training pages out of --pages {options.pages}"
@@ -300,6 +306,11 @@ def _mtp(args: argparse.Namespace) -> Path:
     if not (options.model / "config.json").exists():
         raise UserError(f"{options.model}: no config.json there; give the model/ folder of an sft run")
     return train_mtp(options)
+
+
+def _check_share(share: float | None, flag: str) -> None:
+    if share is not None and not 0 <= share <= 1:
+        raise UserError(f"{flag} {share}: give a share from 0 to 1")
 
 
 def _check_positive(value: int, flag: str) -> None:

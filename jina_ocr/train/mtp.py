@@ -46,6 +46,7 @@ class MTPOptions:
     lr: float = 1e-3
     held_out: int = 32
     max_new_tokens: int = 192
+    letter_words: float = 0.0
     device: str | None = None
     threads: int | None = None
 
@@ -164,7 +165,9 @@ def train_mtp(options: MTPOptions) -> Path:
         sequences = torch.load(distilled, weights_only=False)
     else:
         # Pages of the curriculum's last stage: what the model reads, so the head learns its real outputs.
-        recipe, last = PageRecipe(), len(STAGES) - 1
+        # Words of random letters make the head read the main model's state instead of learning the
+        # training vocabulary, which a user's pages do not share.
+        recipe, last = PageRecipe(letter_words=options.letter_words), len(STAGES) - 1
         pages = [recipe.training_page(options.seed, i, last) for i in range(1, options.pages + 1)]
         pages = [page for page in pages if page is not None]
         started = time.perf_counter()
