@@ -13,6 +13,10 @@ Beside the head, the same figures for the decoder, teacher-forced: whether it pr
 character of the target from the true text before it, by the slot of that character's glyph in its cell.
 A decoder well below the head reads less from the visual tokens than they hold.
 
+A second table splits both readers by whether a cell holds one text line or parts of two: in the target
+format (``--stage page``, natural leading) most rows of visual tokens hold two lines, and a token must
+then keep both lines' glyphs apart.
+
 ``--shifts`` reads the same pages moved down by so many points (their glyph targets moved with them).
 Towers that read glyphs at any height keep their accuracy; towers that learnt templates of one height
 in a row of visual tokens lose it a few points off and get it back a whole row (37.2 pt) down.
@@ -74,8 +78,9 @@ def decoder_hits(model, batch: dict, autocast) -> tuple[torch.Tensor, torch.Tens
 
 
 def glyph_predictions(run: Path, recipe: PageRecipe, stage: int, pages: int, shifts: list[float], autocast):
-    """(progress, tokenizer, held-out pages, and per shift the predicted and the true slots and the
-    decoder's hits and slots, :func:`decoder_hits`) of ``run``'s checkpoint; an empty slot is -1."""
+    """(progress, tokenizer, held-out pages, and per shift the predicted and the true slots, the
+    decoder's hits and slots (:func:`decoder_hits`) and each target token's cell) of ``run``'s
+    checkpoint; an empty slot is -1."""
     model, processor = load_model_files(run / "model", weights=False)
     state = read_checkpoint(run)
     model.load_state_dict(state["model"])
@@ -90,13 +95,37 @@ def glyph_predictions(run: Path, recipe: PageRecipe, stage: int, pages: int, shi
         with torch.no_grad(), autocast:
             predicted = head(model.model.encode_views(batch["pixel_values"])).argmax(-1)
         predicted = predicted.masked_fill(predicted == head.empty, EMPTY)
-        slots.append((predicted, batch["cell_glyphs"], *decoder_hits(model, batch, autocast)))
+        hits, decoded_slots = decoder_hits(model, batch, autocast)
+        slots.append((predicted, batch["cell_glyphs"], hits, decoded_slots, batch["token_cells"]))
     return state["progress"], processor.tokenizer, held_out, slots
 
 
 def rate(right: torch.Tensor, filled: torch.Tensor) -> str:
     count = int(filled.sum())
     return f"{int(right.sum()) / count:.3f}" if count else "-"
+
+
+def cells_by_lines(predicted, truth, hits, token_cells) -> dict[str, str]:
+    """The glyph head's accuracy in cells of one text line and, in cells of two, on each of the two
+    lines; the decoder's teacher-forced accuracy on characters whose glyph lies in a cell of one line
+    or of two."""
+    filled = truth >= 0
+    right = (predicted == truth) & filled
+    two = filled[:, :, 1, :].any(-1)  # (pages, cells): the cell holds glyphs of a second line
+    upper, lower = filled.clone(), filled.clone()
+    upper[:, :, 1], lower[:, :, 0] = False, False
+    sets = {
+        "one-line cells": filled & ~two[:, :, None, None],
+        "two-line cells, upper line": upper & two[:, :, None, None],
+        "two-line cells, lower line": lower & two[:, :, None, None],
+    }
+    in_cell = token_cells >= 0
+    in_two = two.gather(1, token_cells.clamp(min=0)) & in_cell
+    return {
+        **{f"head, {name}": rate(right & mask, mask) for name, mask in sets.items()},
+        "decoder, one-line cells": rate(hits & in_cell & ~in_two, in_cell & ~in_two),
+        "decoder, two-line cells": rate(hits & in_two, in_two),
+    }
 
 
 def main() -> None:
@@ -120,7 +149,7 @@ def main() -> None:
     print(f"held-out {args.stage} pages: {args.pages}; glyph slot accuracy of the first line of each cell")
     print("| run | step | shift (pt) | reader | all | " + " | ".join(slots + list(BODY_FONTS)) + " |")
     print("|---|---|---|---|---|" + "---|" * (len(slots) + len(BODY_FONTS)))
-    confusions = {}
+    confusions, sharing = {}, {}
     for run in args.runs:
         progress, tokenizer, pages, per_shift = glyph_predictions(
             run,
@@ -131,7 +160,7 @@ def main() -> None:
             autocast,
         )
         fonts = [[i for i, page in enumerate(pages) if page.font == font] for font in BODY_FONTS]
-        for points, (predicted, truth, hits, decoded_slots) in zip(args.shifts, per_shift, strict=True):
+        for points, (predicted, truth, hits, decoded_slots, _) in zip(args.shifts, per_shift, strict=True):
             filled = truth >= 0
             right = (predicted == truth) & filled
             readers = {
@@ -153,12 +182,19 @@ def main() -> None:
                     + " | ".join(per_slot + per_font)
                     + " |"
                 )
-        predicted, truth, _, _ = per_shift[0]
+        predicted, truth, hits, _, token_cells = per_shift[0]
+        sharing[run.name] = (progress["step"], cells_by_lines(predicted, truth, hits, token_cells))
         wrong = (truth >= 0) & (predicted != truth)
         confusions[run.name] = Counter(
             (tokenizer.decode([t]), "(none)" if p == EMPTY else tokenizer.decode([p]))
             for t, p in zip(truth[wrong].tolist(), predicted[wrong].tolist(), strict=True)
         )
+    print(f"\naccuracy by how many text lines a cell holds (shift {args.shifts[0]:g} pt)")
+    columns = list(next(iter(sharing.values()))[1])
+    print("| run | step | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for name, (step, figures) in sharing.items():
+        print(f"| {name} | {step} | " + " | ".join(figures.values()) + " |")
     for name, counter in confusions.items():
         common = ", ".join(f"{t!r}->{p!r} {n}" for (t, p), n in counter.most_common(12))
         print(
