@@ -209,6 +209,15 @@ def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path, monkeypatch, caps
     # The files may be bundled: they record the head's options, not the training machine's folders.
     settings = (out / "model" / "jina_ocr_model.json").read_text(encoding="utf-8")
     assert '"epochs": 1' in settings and '"letter_words": 1.0' in settings and str(sft_out) not in settings
+    # The distilled sequences are reused only for the same model and pages.
+    distilled_pages.clear()
+    assert main([*args, "--threads", "2"]) == 0
+    assert distilled_pages == []
+    assert main([*args, "--letter-words", "0", "--threads", "2"]) == 0
+    plain = [PageRecipe().training_page(2, i, last).markdown for i in range(1, 4)]
+    assert [page.markdown for page in distilled_pages] == plain
+    again = [r["distilling_again"] for r in _log(out) if "distilling_again" in r]
+    assert again == ["distill.pt was made with other letter_words"]
 
 
 def test_depth_weights_are_fastmtp_s():

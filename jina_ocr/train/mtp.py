@@ -16,6 +16,7 @@ generated text count: the head never drafts the prompt.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 
 from jina_ocr.train.data import IGNORE_INDEX
 from jina_ocr.train.drills import STAGES
-from jina_ocr.train.model_files import load_model_files, load_settings, save_model_files
+from jina_ocr.train.model_files import WEIGHTS, load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 DISTILLED = "distill.pt"
@@ -146,7 +147,7 @@ def mtp_losses(model, ids: torch.Tensor, hidden: torch.Tensor, targets: torch.Te
 
 
 def train_mtp(options: MTPOptions) -> Path:
-    """Distil (once; cached in ``out/distill.pt``), train the head, write ``out/model`` and ``out/log.jsonl``."""
+    """Distil (cached in ``out/distill.pt`` for the same model and pages), train the head, write ``out/model``."""
     if options.threads:
         torch.set_num_threads(options.threads)
     out = Path(options.out)
@@ -160,20 +161,7 @@ def train_mtp(options: MTPOptions) -> Path:
     depths = model.config.mtp_num_speculative_steps
     weights = depth_weights(depths)
 
-    distilled = out / DISTILLED
-    if distilled.exists():
-        sequences = torch.load(distilled, weights_only=False)
-    else:
-        # Pages of the curriculum's last stage: what the model reads, so the head learns its real outputs.
-        # Words of random letters make the head read the main model's state instead of learning the
-        # training vocabulary, which a user's pages do not share.
-        recipe, last = PageRecipe(letter_words=options.letter_words), len(STAGES) - 1
-        pages = [recipe.training_page(options.seed, i, last) for i in range(1, options.pages + 1)]
-        pages = [page for page in pages if page is not None]
-        started = time.perf_counter()
-        sequences = distill(model, processor, pages, options.batch_size * 2, options.max_new_tokens)
-        torch.save(sequences, distilled)
-        _log(out, {"distilled": len(sequences), "seconds": round(time.perf_counter() - started, 1)})
+    sequences = _distilled(model, processor, options, out)
     train, held_out = sequences[options.held_out :], sequences[: options.held_out]
 
     model.requires_grad_(False)
@@ -246,6 +234,46 @@ def train_mtp(options: MTPOptions) -> Path:
     settings["mtp"]["depth_weights"] = [round(w, 4) for w in weights]
     model.requires_grad_(False)
     return save_model_files(out / "model", model.eval(), processor.tokenizer, settings)
+
+
+def distillation_key(options: MTPOptions) -> dict:
+    """What the distilled sequences depend on: the main model's weights and the pages' options.
+
+    A head trained on another model's outputs, or on pages other than the ones asked for, would be
+    trained on the wrong data without a sign of it, so a cached distillation is reused only when
+    every one of these matches.
+    """
+    digest = hashlib.sha256(Path(options.model, WEIGHTS).read_bytes()).hexdigest()
+    return {
+        "weights_sha256": digest,
+        "pages": options.pages,
+        "seed": options.seed,
+        "letter_words": options.letter_words,
+        "max_new_tokens": options.max_new_tokens,
+    }
+
+
+def _distilled(model, processor, options: MTPOptions, out: Path) -> list[dict]:
+    """The cached sequences of ``out/distill.pt`` when they were made the same way; else distil again."""
+    key, cached = distillation_key(options), out / DISTILLED
+    if cached.exists():
+        saved = torch.load(cached, weights_only=False)
+        saved_key = saved.get("key", {}) if isinstance(saved, dict) else {}
+        if saved_key == key:
+            return saved["sequences"]
+        changed = sorted(name for name in key if saved_key.get(name) != key[name])
+        _log(out, {"distilling_again": f"{DISTILLED} was made with other {', '.join(changed)}"})
+    # Pages of the curriculum's last stage: what the model reads, so the head learns its real outputs.
+    # Words of random letters make the head read the main model's state instead of learning the
+    # training vocabulary, which a user's pages do not share.
+    recipe, last = PageRecipe(letter_words=options.letter_words), len(STAGES) - 1
+    pages = [recipe.training_page(options.seed, i, last) for i in range(1, options.pages + 1)]
+    pages = [page for page in pages if page is not None]
+    started = time.perf_counter()
+    sequences = distill(model, processor, pages, options.batch_size * 2, options.max_new_tokens)
+    torch.save({"key": key, "sequences": sequences}, cached)
+    _log(out, {"distilled": len(sequences), "seconds": round(time.perf_counter() - started, 1)})
+    return sequences
 
 
 def _log(out: Path, record: dict) -> None:
