@@ -15,18 +15,13 @@ most expected committed tokens per second::
   on a prior of ``PRIOR_WEIGHT`` tries at the estimate one depth up (at depth 1, certainty): a head is
   trusted until it is seen to fail, so the first step drafts ``most``, and a depth no step has reached
   yet is taken to be as good as the one above it.
-- ``T(k)`` is the median of the seconds that the last ``SAMPLES`` steps of length k took, from
-  choosing k to recording the outcome (drafting, verification, bookkeeping and the read-back that
-  ends every step). A median, because timing noise only ever adds time: one step slowed by another
-  process must not decide the lengths of a whole page. The first step of a call is not timed: its
-  head also reads the whole prompt, once. A length not measured yet is estimated from the nearest
-  measured one, each draft costing ``DRAFT_COST`` greedy steps. That guess is corrected as soon as
-  the length is tried, except for 0, which an overestimate would keep from ever being tried: while
-  drafting does not look at least ``EXPLORE_MARGIN`` times faster than the cheapest a greedy step
-  could be (its own T(0), or what a drafting length's T(k) implies at ``DRAFT_COST`` per draft), greedy
-  steps measure it until it has ``GREEDY_SAMPLES`` timings, and again whenever its newest is
-  ``REMEASURE_AFTER`` steps old. At batch 1 on a CPU, where drafting and greedy steps cost about the
-  same per token, a greedy step timed too slow once would otherwise keep a page drafting at a loss.
+- ``T(k)`` is the running average of the seconds that steps of length k took, from choosing k to
+  recording the outcome (drafting, verification, bookkeeping and the read-back that ends every
+  step). The first step of a call is not timed: its head also reads the whole prompt, once. A length
+  not measured yet is estimated from the nearest measured one, each draft costing ``DRAFT_COST``
+  greedy steps. That guess is corrected as soon as the length is tried, except for 0, which an
+  overestimate would keep from ever being tried: while the greedy step is unmeasured and drafting
+  does not look at least ``EXPLORE_MARGIN`` times faster, one greedy step measures it.
 
 A head that is never right drifts to length 0, plain greedy steps; as its failures decay, the prior
 lifts ``a_1`` until a one-token probe pays again, so a useless head costs a probe every few dozen
@@ -36,17 +31,14 @@ exactly the greedy tokens whatever the lengths; only the speed depends on them (
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
 DECAY = 0.98
 PRIOR_WEIGHT = 0.5
 DRAFT_COST = 0.3
-SAMPLES = 5  # step timings per length whose median is T(k)
+COST_SMOOTHING = 0.25  # weight of the newest step in the running average of T(k)
 EXPLORE_MARGIN = 1.5
-GREEDY_SAMPLES = 3
-REMEASURE_AFTER = 32
 
 
 class DraftLength:
@@ -61,11 +53,9 @@ class DraftLength:
         self.clock = clock
         self.hits = [0.0] * most  # rows whose draft d was accepted (decayed)
         self.tries = [0.0] * most  # rows that drafted d after accepting 1..d-1 (decayed)
-        self.seconds: dict[int, list[float]] = {}  # the last SAMPLES timings of steps that drafted k
+        self.seconds: dict[int, float] = {}  # running average of T(k) over the steps that drafted k
         self.started: float | None = None
         self.timed = False  # the first step is not
-        self.steps = 0  # steps recorded
-        self.greedy_timed_at = 0  # the step whose timing is the greedy step's newest
 
     def acceptance(self) -> list[float]:
         """Estimated a_1 .. a_most."""
@@ -79,21 +69,11 @@ class DraftLength:
         """Estimated T(k): measured, else scaled from the nearest measured length (any unit before
         the first measurement, as only ratios between lengths decide)."""
         if k in self.seconds:
-            return statistics.median(self.seconds[k])
+            return self.seconds[k]
         if not self.seconds:
             return 1.0 + DRAFT_COST * k
         nearest = min(self.seconds, key=lambda j: (abs(j - k), j))
-        return self.cost(nearest) * (1.0 + DRAFT_COST * k) / (1.0 + DRAFT_COST * nearest)
-
-    def _greedy_timing_wanted(self, best_speed: float) -> bool:
-        """Whether a greedy step should be timed now: its timings are too few or too old, and drafting
-        at ``best_speed`` does not clearly beat the cheapest a greedy step could be."""
-        samples = len(self.seconds.get(0, ()))
-        if samples >= GREEDY_SAMPLES and self.steps - self.greedy_timed_at < REMEASURE_AFTER:
-            return False
-        implied = (self.cost(k) / (1.0 + DRAFT_COST * k) for k in self.seconds)
-        cheapest = min(implied, default=self.cost(0))
-        return best_speed < EXPLORE_MARGIN / cheapest
+        return self.seconds[nearest] * (1.0 + DRAFT_COST * k) / (1.0 + DRAFT_COST * nearest)
 
     def next(self) -> int:
         """Drafts for the coming step (before any cap for the remaining token budget)."""
@@ -107,7 +87,7 @@ class DraftLength:
             speed = expected / self.cost(k)
             if speed > best_speed:
                 best, best_speed = k, speed
-        if self.timed and self._greedy_timing_wanted(best_speed):
+        if self.timed and 0 not in self.seconds and best_speed < EXPLORE_MARGIN / self.cost(0):
             best = 0
         self.started = self.clock()
         return best
@@ -118,13 +98,10 @@ class DraftLength:
         if not self.adaptive:
             return
         if self.started is not None and self.timed:
-            timings = self.seconds.setdefault(drafted, [])
-            timings.append(self.clock() - self.started)
-            del timings[:-SAMPLES]
-            if drafted == 0:
-                self.greedy_timed_at = self.steps
+            elapsed = self.clock() - self.started
+            old = self.seconds.get(drafted)
+            self.seconds[drafted] = elapsed if old is None else old + COST_SMOOTHING * (elapsed - old)
         self.started, self.timed = None, True
-        self.steps += 1
         self.hits = [DECAY * hits for hits in self.hits]
         self.tries = [DECAY * tries for tries in self.tries]
         reached = rows

@@ -37,10 +37,10 @@ def test_first_step_drafts_the_most_and_a_head_that_agrees_keeps_drafting_it():
 
 def test_a_head_that_never_agrees_falls_back_to_greedy_with_rare_probes():
     seen = draft_lengths(0.3, lambda k: [0] * k, 400)
-    assert seen[:6] == [3, 0, 0, 0, 1, 0]  # steps 2-4 time what a greedy step costs
-    probes = [i for i, k in enumerate(seen) if k and i > 4]
+    assert seen[:4] == [3, 0, 1, 0]  # the second step measures what a greedy step costs
+    probes = [i for i, k in enumerate(seen) if k and i > 2]
     assert probes and all(seen[i] == 1 for i in probes)
-    gaps = [b - a for a, b in zip([4, *probes[:-1]], probes, strict=True)]
+    gaps = [b - a for a, b in zip([2, *probes[:-1]], probes, strict=True)]
     assert min(gaps) >= 20 and len(probes) <= 400 // 20
     # a whole batch failing is stronger evidence than one row: rarer probes
     eight_rows = draft_lengths(0.3, lambda k: [0] * k, 400, rows=8)
@@ -64,27 +64,6 @@ def test_the_length_follows_the_cost_of_a_draft():
     assert cheap.count(3) > 0.8 * len(cheap)
     dear = draft_lengths(0.6, half, 400)[100:]
     assert dear.count(0) > 0.8 * len(dear)
-
-
-def test_a_greedy_step_timed_too_slow_once_does_not_keep_a_page_drafting():
-    """Drafts cost 0.85 greedy steps each and draft 1 is accepted 70 % of the time (1.7 tokens for
-    1.85 steps: greedy is faster), but another process slows the first timed greedy step threefold.
-    Its cost is the median of its timings, and it is timed again while drafting does not clearly
-    beat it, so greedy steps win; a running average of that one timing kept the page drafting."""
-    pattern = itertools.cycle([[1, 1, 0]] * 3 + [[1, 0, 0]] * 4 + [[0, 0, 0]] * 3)
-
-    class Spiked(CostedLength):
-        def update(self, drafted: int, accepted_per_depth: list[int], rows: int) -> None:
-            if drafted == 0 and self.timed and 0 not in self.seconds:
-                self.now += 2.0
-            super().update(drafted, accepted_per_depth, rows)
-
-    length, seen = Spiked(3, per_draft=0.85), []
-    for _ in range(300):
-        k = length.next()
-        length.update(k, next(pattern)[:k], 1)
-        seen.append(k)
-    assert seen[100:].count(0) > 0.8 * 200
 
 
 def test_draft_length_counts_rows_and_can_be_turned_off():
