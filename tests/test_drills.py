@@ -98,6 +98,20 @@ def test_the_last_stage_is_the_target_format():
         assert len(gaps) == 1 and 1.15 * body[0][1] - 0.01 <= gaps.pop() <= 1.5 * body[0][1] + 0.01
 
 
+def test_a_fixed_leading_moves_only_the_body_lines_of_the_same_page():
+    for seed in range(4):
+        natural = RECIPE.drill("page", f"test/{seed}", held_out=True, lines=5)
+        spaced = RECIPE.drill("page", f"test/{seed}", held_out=True, lines=5, leading=37.2)
+        assert spaced.markdown == natural.markdown and spaced.font == natural.font
+        before, after = _printed_lines(natural), _printed_lines(spaced)
+        assert [words for _, words, _ in after] == [words for _, words, _ in before]
+        body = [y for y, _, size in after if size == natural.size]
+        assert len(body) == 5 and {round(b - a, 3) for a, b in zip(body, body[1:], strict=False)} == {37.2}
+        assert after[0][0] == before[0][0]  # the heading (or first line) stays where it was
+    with pytest.raises(ValueError, match="only 'page' takes one"):
+        RECIPE.drill("rows", "test/0", leading=37.2)
+
+
 def _string_words(module) -> set[str]:
     """Every lowercase word of every string constant in a module's source, docstrings aside: the words
     a page generator can print."""

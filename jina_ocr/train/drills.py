@@ -51,7 +51,7 @@ _HELD_OUT = frozenset(HELD_OUT_WORDS)
 @dataclass(frozen=True)
 class DrillPage:
     """A drill page: its rendered image, its PDF, the Markdown a reader should produce, and how it was
-    laid out (curriculum stage, body font, number of body lines)."""
+    laid out (curriculum stage, body font, number of body lines, body type size in points)."""
 
     image: Image.Image
     pdf_bytes: bytes
@@ -59,6 +59,7 @@ class DrillPage:
     stage: str
     font: str
     lines: int
+    size: float
 
 
 def nonsense_word(rng: random.Random) -> str:
@@ -135,6 +136,7 @@ def drill_page(
     lines: int | None = None,
     letters: float = 0.0,
     phase: float = 0.0,
+    leading: float | None = None,
 ) -> DrillPage:
     """Drill ``seed`` of ``stage`` on an A5 page whose visual-token rows are ``row_height`` points tall.
 
@@ -142,10 +144,13 @@ def drill_page(
     lines (otherwise drawn from the stage's range); ``letters`` is the share of words of random letters
     (:func:`drill_word`); ``phase`` is the share of a row over which the baselines of a ``line`` or
     ``rows`` drill are drawn around 70 % of a row (0: always there, +-2 pt, the pages of recipes that
-    predate the option; 1: any height in the row).
+    predate the option; 1: any height in the row). ``leading`` fixes the distance between the body
+    lines of a ``page`` drill in points (otherwise 1.15-1.5 times the type size).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
+    if leading is not None and stage != "page":
+        raise ValueError(f"leading is set by the row height in a {stage!r} drill; only 'page' takes one")
     key = f"jina-ocr-train/{'held-out' if held_out else 'drill'}/{stage}/{seed}"
     rng = random.Random(key)
     words = random.Random(rng.random())
@@ -163,7 +168,8 @@ def drill_page(
 
     if stage == "page":
         size = rng.choice((18.0, 20.0, 22.0))
-        leading = size * rng.uniform(1.15, 1.5)
+        natural = size * rng.uniform(1.15, 1.5)  # drawn either way: the rest of the page stays the same
+        leading = natural if leading is None else leading
         y = rng.uniform(50, 110)
     else:
         size = rng.choice((18.0, 20.0, 22.0, 24.0))
@@ -195,7 +201,7 @@ def drill_page(
         body += line
     markdown.append(" ".join(body))
     pdf_bytes = doc.tobytes()
-    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown), stage, font, lines)
+    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown), stage, font, lines, size)
 
 
 def printed_page(seed: int = 0, dpi: int = DEFAULT_DPI) -> DrillPage:
@@ -217,4 +223,4 @@ def printed_page(seed: int = 0, dpi: int = DEFAULT_DPI) -> DrillPage:
         page.insert_text((42, 130 + 28 * number), " ".join(line), fontsize=20, fontname="helv")
     pdf_bytes = doc.tobytes()
     markdown = "# " + " ".join(heading) + "\n\n" + " ".join(lines[0] + lines[1])
-    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, markdown, "page", "helv", 2)
+    return DrillPage(render(pdf_bytes, dpi), pdf_bytes, markdown, "page", "helv", 2, 20.0)
