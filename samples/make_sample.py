@@ -1,9 +1,12 @@
-"""Write ``sample.pdf``, the two-page document the README converts.
+"""Write the README's samples: ``page.pdf``, which the main job converts, and ``sample.pdf``.
 
-It is generated rather than downloaded so that its licence is ours and every byte can be
-reproduced: a report page with headings, a paragraph, a list and a table, and a second page with a
-formula and two columns of text, which are what an OCR model for documents must get right (reading
-order, tables, structure). Run ``python samples/make_sample.py`` to rebuild it.
+They are generated rather than downloaded so that their licence is ours and every byte can be
+reproduced. ``page.pdf`` is one page in the format the bundled demo model jina-ocr-tiny reads (A5, a
+28 pt Helvetica Bold heading and two lines of 20 pt Helvetica, the layout of its printed test page);
+``sample.pdf`` is the example for jina-ocr-v1: a report page with headings, a paragraph, a list and a
+table, and a second page with a formula and two columns of text, which are what an OCR model for
+documents must get right (reading order, tables, structure). Run ``python samples/make_sample.py``
+to rebuild both.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ import pymupdf
 
 PAGE = pymupdf.paper_rect("a4")
 MARGIN = 56
+
+# page.pdf: its heading and two body lines, and the Markdown a reader should write for them.
+SHORT_HEADING = "Reading Room Notes"
+SHORT_LINES = ("Evening visits rose again; the scan", "desk now returns most requests.")
+SHORT_MARKDOWN = f"# {SHORT_HEADING}\n\n{' '.join(SHORT_LINES)}"
 
 CSS = """
 body { font-family: serif; font-size: 11pt; line-height: 1.35; }
@@ -94,7 +102,21 @@ def build() -> bytes:
     return document.tobytes(garbage=4, deflate=True, no_new_id=True)
 
 
+def build_page() -> bytes:
+    """``page.pdf``: A5, the heading at 80 pt and the body lines at 130 and 158 pt from the top, 42 pt
+    from the left edge."""
+    document = pymupdf.open()
+    document.set_metadata({"title": SHORT_HEADING, "author": "jina-ocr sample"})
+    page = document.new_page(width=419.53, height=595.28)
+    page.insert_text((42, 80), SHORT_HEADING, fontsize=28, fontname="hebo")
+    for number, line in enumerate(SHORT_LINES):
+        page.insert_text((42, 130 + 28 * number), line, fontsize=20, fontname="helv")
+    return document.tobytes(garbage=4, deflate=True, no_new_id=True)
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("sample.pdf")
-    target.write_bytes(build())
-    print(f"wrote {target} ({target.stat().st_size:,} bytes)")
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+    for name, data in (("page.pdf", build_page()), ("sample.pdf", build())):
+        target = folder / name
+        target.write_bytes(data)
+        print(f"wrote {target} ({target.stat().st_size:,} bytes)")

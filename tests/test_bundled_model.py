@@ -1,4 +1,5 @@
-"""The bundled jina-ocr-tiny reads: ``jina-ocr convert`` with no ``--model`` on printed test pages.
+"""The bundled jina-ocr-tiny reads: ``jina-ocr convert`` with no ``--model`` on printed test pages
+and on the README's main-job page.
 
 This is the one test that runs the shipped weights end to end (PDF -> page images -> processor ->
 generate -> Markdown), so a change to the loader, the processor, the export or the decoder that breaks
@@ -7,7 +8,9 @@ reading fails here rather than in a user's hands.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pymupdf
 import pytest
@@ -44,3 +47,25 @@ def test_the_bundled_model_reads_the_printed_test_pages(tmp_path, monkeypatch, c
     assert [entry["page"] for entry in record["pages"]] == [1 + seed for seed in SEEDS]
     cer = character_error_rate(outputs, [page.markdown for page in pages])
     assert cer < MAX_CER, f"CER {cer:.3f} on the printed test pages: {outputs}"
+
+
+def test_the_main_job_reads_the_sample_page(tmp_path, monkeypatch, capsys):
+    """The README's main job, ``jina-ocr convert samples/page.pdf``, writes the page's Markdown to
+    stdout after its page marker (CER under 10 %) and says on stderr that the bundled demo model read
+    it."""
+    monkeypatch.setenv("JINA_OCR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
+    monkeypatch.setattr(conversion, "_said", set())  # a fresh process, as the main job is
+    samples = Path(__file__).resolve().parents[1] / "samples"
+    spec = importlib.util.spec_from_file_location("make_sample", samples / "make_sample.py")
+    make_sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_sample)
+
+    status = main(["convert", str(samples / "page.pdf")])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "bundled jina-ocr-tiny" in err and "not jina-ocr-v1" in err
+    marker, markdown = out.strip().split("\n\n", 1)
+    assert marker == conversion.PAGE_MARKER.format(page=1)
+    cer = character_error_rate([markdown.strip()], [make_sample.SHORT_MARKDOWN])
+    assert cer < MAX_CER, f"CER {cer:.3f} on samples/page.pdf: {out!r}"

@@ -390,3 +390,10 @@ def test_the_shipped_sample_is_what_its_script_builds():
             texts.append([page.get_text() for page in document])
     assert texts[0] == texts[1] and len(texts[0]) == 2
     assert "Visits by month" in texts[0][0] and "September" in texts[0][0] and "Forecast" in texts[0][1]
+    # The main job's page prints exactly the text of its Markdown.
+    with pymupdf.open(stream=(samples / "page.pdf").read_bytes(), filetype="pdf") as shipped_page:
+        with pymupdf.open(stream=make_sample.build_page(), filetype="pdf") as built_page:
+            assert shipped_page[0].get_text() == built_page[0].get_text()
+            assert shipped_page[0].rect.width < 420  # A5, the format the bundled model reads
+            printed = shipped_page[0].get_text().split()
+    assert printed == make_sample.SHORT_MARKDOWN.replace("# ", "", 1).split()
