@@ -1,7 +1,9 @@
-"""Shared fixtures: the repository's real-world fixture files and one tiny exported model per session."""
+"""Shared fixtures: the repository's real-world fixture files, its sample builder and one tiny exported
+model per session."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 pytest_plugins = ["skip_policy"]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 # ``jina-ocr convert`` options that keep a run fast: 512 px views and two new tokens per page.
 FAST_CONVERT = ("--mode", "tiny", "--max-new-tokens", "2")
 
@@ -19,6 +22,15 @@ FAST_CONVERT = ("--mode", "tiny", "--max-new-tokens", "2")
 def fixtures_dir() -> Path:
     """Real PDFs, scans and checkpoint metadata (tests/fixtures/README.md says what and whose)."""
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def make_sample():
+    """``samples/make_sample.py`` as a module: the builders of the README's samples and their text."""
+    spec = importlib.util.spec_from_file_location("make_sample", SAMPLES / "make_sample.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

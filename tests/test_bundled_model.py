@@ -8,7 +8,6 @@ reading fails here rather than in a user's hands.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -49,19 +48,14 @@ def test_the_bundled_model_reads_the_printed_test_pages(tmp_path, monkeypatch, c
     assert cer < MAX_CER, f"CER {cer:.3f} on the printed test pages: {outputs}"
 
 
-def test_the_main_job_reads_the_sample_page(tmp_path, monkeypatch, capsys):
+def test_the_main_job_reads_the_sample_page(make_sample, tmp_path, monkeypatch, capsys):
     """The README's main job, ``jina-ocr convert samples/page.pdf``, writes the page's Markdown to
     stdout after its page marker (CER under 10 %) and says on stderr that the bundled demo model read
     it."""
     monkeypatch.setenv("JINA_OCR_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
     monkeypatch.setattr(conversion, "_said", set())  # a fresh process, as the main job is
-    samples = Path(__file__).resolve().parents[1] / "samples"
-    spec = importlib.util.spec_from_file_location("make_sample", samples / "make_sample.py")
-    make_sample = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_sample)
-
-    status = main(["convert", str(samples / "page.pdf")])
+    status = main(["convert", str(Path(make_sample.__file__).parent / "page.pdf")])
     out, err = capsys.readouterr()
     assert status == 0, err
     assert "bundled jina-ocr-tiny" in err and "not jina-ocr-v1" in err

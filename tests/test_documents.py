@@ -6,6 +6,7 @@ import io
 import struct
 import warnings
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pymupdf
@@ -374,14 +375,8 @@ def test_find_documents_lists_documents_by_name(tmp_path):
     assert [p.name for p in find_documents(tmp_path)] == ["a.png", "b.PDF", "d.tiff"]
 
 
-def test_the_shipped_sample_is_what_its_script_builds():
-    import importlib.util
-    from pathlib import Path
-
-    samples = Path(__file__).resolve().parents[1] / "samples"
-    spec = importlib.util.spec_from_file_location("make_sample", samples / "make_sample.py")
-    make_sample = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_sample)
+def test_the_shipped_samples_are_what_their_script_builds(make_sample):
+    samples = Path(make_sample.__file__).parent
     shipped = (samples / "sample.pdf").read_bytes()
     assert len(shipped) < 200_000
     texts = []
