@@ -103,14 +103,11 @@ def build() -> bytes:
 
 
 def build_page() -> bytes:
-    """``page.pdf``: A5, the heading at 80 pt and the body lines at 130 and 158 pt from the top, 42 pt
-    from the left edge."""
-    document = pymupdf.open()
+    """``page.pdf``: set exactly as the bundled model's printed test page."""
+    from jina_ocr.train.drills import printed_layout
+
+    document = printed_layout(SHORT_HEADING, list(SHORT_LINES))
     document.set_metadata({"title": SHORT_HEADING, "author": "jina-ocr sample"})
-    page = document.new_page(width=419.53, height=595.28)
-    page.insert_text((42, 80), SHORT_HEADING, fontsize=28, fontname="hebo")
-    for number, line in enumerate(SHORT_LINES):
-        page.insert_text((42, 130 + 28 * number), line, fontsize=20, fontname="helv")
     return document.tobytes(garbage=4, deflate=True, no_new_id=True)
 
 

@@ -204,6 +204,18 @@ def drill_page(
     return DrillPage(render(pdf_bytes, dpi), pdf_bytes, "\n\n".join(markdown), stage, font, lines, size)
 
 
+def printed_layout(heading: str, lines: list[str]) -> pymupdf.Document:
+    """An A5 page in the printed test page's layout: ``heading`` in 28 pt Helvetica Bold at 80 pt from
+    the top, ``lines`` in 20 pt Helvetica from 130 pt at 28 pt leading, all 42 pt from the left edge.
+    The README's main-job sample (``samples/make_sample.py``) is set the same way."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=A5[0], height=A5[1])
+    page.insert_text((42, 80), heading, fontsize=28, fontname="hebo")
+    for number, line in enumerate(lines):
+        page.insert_text((42, 130 + 28 * number), line, fontsize=20, fontname="helv")
+    return doc
+
+
 def printed_page(seed: int = 0, dpi: int = DEFAULT_DPI) -> DrillPage:
     """The fixed test page: A5, a 28 pt Helvetica Bold heading and two lines of 20 pt Helvetica at 28 pt
     leading, in held-out words drawn with ``seed``; every line fits inside 42 pt margins."""
@@ -216,11 +228,6 @@ def printed_page(seed: int = 0, dpi: int = DEFAULT_DPI) -> DrillPage:
     heading = [w.strip(",.;:") or w for w in _fill_line(draw, "hebo", 28.0, width, max_words=3)]
     heading[0] = heading[0].capitalize()
     lines = [_fill_line(draw, "helv", 20.0, width) for _ in range(2)]
-    doc = pymupdf.open()
-    page = doc.new_page(width=A5[0], height=A5[1])
-    page.insert_text((42, 80), " ".join(heading), fontsize=28, fontname="hebo")
-    for number, line in enumerate(lines):
-        page.insert_text((42, 130 + 28 * number), " ".join(line), fontsize=20, fontname="helv")
-    pdf_bytes = doc.tobytes()
+    pdf_bytes = printed_layout(" ".join(heading), [" ".join(line) for line in lines]).tobytes()
     markdown = "# " + " ".join(heading) + "\n\n" + " ".join(lines[0] + lines[1])
     return DrillPage(render(pdf_bytes, dpi), pdf_bytes, markdown, "page", "helv", 2, 20.0)
