@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
+from jina_ocr.train.data import TrainingPageStream
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.sft import (
@@ -31,6 +31,7 @@ from jina_ocr.train.sft import (
     SFTOptions,
     held_out_batch,
     make_optimizer,
+    run_collator,
     starting_model,
     supervised_losses,
     train_step,
@@ -99,7 +100,8 @@ def main() -> None:
         model, processor = load_model_files(args.source)
     else:
         model, processor, _, _ = starting_model(options)
-    prompt = prompt_ids(processor)
+    collate = run_collator(processor, options.recipe)
+    prompt = collate.prompt
     torch.manual_seed(args.seed)
     variants = {
         "towers alone": Variant(model, prompt, options, towers_only=True),
@@ -110,7 +112,6 @@ def main() -> None:
 
     stage = STAGES.index(args.stage)
     stream = TrainingPageStream(processor, args.seed, options.recipe, 1, options.max_target_tokens, stage)
-    collate = Collator(prompt, processor.tokenizer.pad_token_id)
     _, held_out = held_out_batch(processor, options, stage)
 
     print(f"stage {args.stage}, seed {args.seed}, bf16 {args.bf16}, from {args.source or 'a fresh model'}")

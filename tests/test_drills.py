@@ -67,6 +67,21 @@ def test_early_stages_put_one_line_on_each_row_of_visual_tokens_at_any_height_in
     assert {int(4 * phase) for phase in phases} == {0, 1, 2, 3}
 
 
+def test_on_tiles_early_stages_give_each_line_two_rows_of_visual_tokens():
+    """gundam's A5 page is 2 x 3 tiles of 10 x 10 tokens: rows of 595.28 / 30 pt, too low for 24 pt
+    type, so the lines of the early stages are two rows apart and each line's glyphs sit in one row."""
+    tiled = PageRecipe(mode="gundam")
+    row = tiled.row_height()
+    assert row == pytest.approx(595.28 / 30) and tiled.line_pitch() == pytest.approx(2 * row)
+    for stage in ("line", "rows"):
+        for seed in range(12):
+            page = tiled.drill(stage, f"test/{seed}")
+            body = [y for y, _, _ in _printed_lines(page)][page.markdown.startswith("# ") :]
+            gaps = [round(b - a, 3) for a, b in zip(body, body[1:], strict=False)]
+            assert gaps == [round(2 * row, 3)] * (len(body) - 1)
+            assert all(len(line) == 1 for line in _glyph_rows(page, row))
+
+
 def test_a_row_phase_of_zero_keeps_lines_at_the_height_of_earlier_runs():
     fixed = PageRecipe(row_phase=0.0)
     row = fixed.row_height()

@@ -64,3 +64,52 @@ def test_markup_and_joins_have_no_cell_and_slots_follow_reading_order(tokenizer)
     slots = targets.cell_glyphs[cell]
     names = [[tokenizer.convert_ids_to_tokens(int(i)) if i >= 0 else "" for i in line] for line in slots]
     assert names[0][:2] == ["a", "b"] and names[1][:2] == ["c", "d"]
+
+
+def _ink_tile_cell(pdf_bytes: bytes) -> tuple[int, int]:
+    """(row, col) of the big-grid cell holding the centre of the ink on the processor's gundam tiles."""
+    image = render(pdf_bytes, DEFAULT_DPI)
+    views = JinaOCRImageProcessor(mode="gundam")([image])
+    cols, _ = views["image_grids"][0].tolist()
+    ys, xs = [], []
+    for k, tile in enumerate(views["pixel_values_local"].mean(1).numpy()):
+        rows, columns = np.nonzero(tile < -0.5)
+        ys += list(rows + (k // cols) * tile.shape[0])
+        xs += list(columns + (k % cols) * tile.shape[1])
+    return int(np.mean(ys) // PIXELS_PER_TOKEN), int(np.mean(xs) // PIXELS_PER_TOKEN)
+
+
+@pytest.mark.parametrize("point", [(40.0, 60.0), (200.0, 300.0), (380.0, 560.0)])
+def test_on_tiles_a_glyph_gets_the_cell_of_the_tiles_big_grid_its_ink_lands_in(tokenizer, point):
+    pdf = _page([(point, "W", 24.0)])
+    image_size = render(pdf, DEFAULT_DPI).size
+    grid = ViewGrid.of_page(JinaOCRImageProcessor(mode="gundam"), image_size)
+    assert (grid.tiles, grid.rows, grid.cols) == ((2, 3), 30, 20)  # A5: 2 x 3 tiles of 10 x 10 tokens
+    targets = glyph_targets(tokenizer, "W", pdf, image_size, grid)
+    row, col = _ink_tile_cell(pdf)
+    assert targets.token_cells == [row * 21 + col, NO_CELL]  # 20 cells and a newline per row
+    assert targets.cell_glyphs[row * 20 + col, 0, 0] == tokenizer.convert_tokens_to_ids("W")
+    assert int((targets.cell_glyphs >= 0).sum()) == 1
+
+
+def test_cell_tokens_are_the_tiles_tokens_where_the_model_puts_them():
+    """Cell (row, col) of the glyph targets is the vector the decoder sees at ``sequence_index``."""
+    import torch
+    from small_config import SMALL
+
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = JinaOCRForConditionalGeneration(JinaOCRConfig(**SMALL)).eval()
+    grid = ViewGrid(640, (2, 3))
+    tiles = torch.rand(6, 3, 640, 640) * 2 - 1
+    with torch.no_grad():
+        sequence = model.model.get_image_features(
+            torch.rand(1, 3, 128, 128) * 2 - 1, tiles, torch.tensor([[2, 3]])
+        )[0]
+        cells = grid.cell_tokens(model.model.encode_views(tiles))[0]
+    assert cells.shape == (grid.rows * grid.cols, SMALL["hidden_size"])
+    for row in range(grid.rows):
+        for col in range(grid.cols):
+            torch.testing.assert_close(cells[row * grid.cols + col], sequence[grid.sequence_index(row, col)])

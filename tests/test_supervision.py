@@ -61,7 +61,7 @@ def test_probes_see_the_weights_eager_attention_uses(eager_model, monkeypatch):
     probes.remove()
     real = seen[1][:, 1, text_start:, 2 : 2 + visual]  # layer 1, head 1
     torch.testing.assert_close(probes.log_attention[0].exp(), real.float(), atol=1e-5, rtol=1e-4)
-    assert probes.visual_tokens.shape == (2, side * side, config.hidden_size)
+    assert probes.projected[side * side].shape == (2, side * side, config.hidden_size)
 
 
 def test_alignment_loss_is_the_mean_negative_log_attention_on_the_right_cell():

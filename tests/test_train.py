@@ -22,6 +22,7 @@ from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_T
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate
+from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.graft import graft
 from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer
 from jina_ocr.train.mtp import collate, depth_weights, distill, mtp_losses
@@ -117,6 +118,28 @@ def test_a_run_resumes_from_the_model_files_alone(sft_run):
     progress = torch.load(again / "checkpoint.pt", weights_only=False)["progress"]
     assert progress["rewarm_from"] == 3 and progress["glyph_head_ready"] is False
     assert not [r for r in log if "glyph_head_ready" in r]
+
+
+def test_a_run_from_files_of_another_mode_reads_tiles_and_keeps_its_mode(sft_run, tmp_path, capsys):
+    """--mode gundam from base files: the step reads the page through its tiles (glyph targets on their
+    30 x 20 cells, 903 placeholders), the towers start over on the new scale, and the run stays tiled."""
+    tiled = tmp_path / "tiled"
+    common = ["train", "sft", str(tiled), "--batch-size", "2", "--eval-pages", "1", "--eval-every", "4"]
+    common += ["--log-every", "1", "--max-target-tokens", "24", "--threads", "2", "--workers", "0"]
+    resume = ["--resume-from", str(sft_run[0] / "model"), "--mode", "gundam"]
+    assert main([*common, *resume, "--steps", "4"]) == 0
+    losses = [r for r in _log(tiled) if "loss" in r]
+    assert [r["step"] for r in losses] == [4]
+    assert losses[0]["glyph_loss"] > 0 and 0 < losses[0]["align_mass"] < 1
+    evals = [r for r in _log(tiled) if "eval_seconds" in r]
+    assert evals and isinstance(evals[0]["rows_gap"], float)
+    settings = load_settings(tiled / "model")
+    assert settings["processor_mode"] == "gundam"
+    assert settings["progress"]["towers_ready"] is False and settings["progress"]["glyph_head_ready"] is True
+    _, processor = load_model_files(tiled / "model")
+    assert processor.image_processor.mode == "gundam"
+    assert main([*common, "--steps", "5", "--mode", "base"]) != 0
+    assert "trains in 'gundam' mode" in capsys.readouterr().err
 
 
 def test_training_only_parts_never_ship_with_the_model(sft_run):
@@ -226,17 +249,22 @@ def test_depth_weights_are_fastmtp_s():
 
 
 def test_labels_cover_the_target_only():
-    collator = Collator(prompt=[5, 6, 7], pad_token_id=2)
+    from training_helpers import GRID, NO_TILES
+
+    collator = Collator(prompt=[5, 6, 7], pad_token_id=2, grid=GRID)
     glyphs = torch.full((4, 2, 6), -1)
     examples = [
-        Example(1, torch.zeros(3, 4, 4), [10, 11, 1], "ab", [0, 1, -1], glyphs),
-        Example(2, torch.zeros(3, 4, 4), [12, 1], "c", [3, -1], glyphs),
+        Example(1, torch.zeros(3, 4, 4), NO_TILES, GRID, [10, 11, 1], "ab", [0, 1, -1], glyphs),
+        Example(2, torch.zeros(3, 4, 4), NO_TILES, GRID, [12, 1], "c", [3, -1], glyphs),
     ]
     batch = collator(examples)
     assert batch["input_ids"].tolist() == [[5, 6, 7, 10, 11, 1], [5, 6, 7, 12, 1, 2]]
     assert batch["labels"].tolist() == [[-100, -100, -100, 10, 11, 1], [-100, -100, -100, 12, 1, -100]]
     assert batch["attention_mask"].tolist() == [[1] * 6, [1] * 5 + [0]]
     assert batch["token_cells"].tolist() == [[0, 1, -1], [3, -1, -1]]
+    tiled = Example(3, torch.zeros(3, 4, 4), NO_TILES, ViewGrid(640, (2, 3)), [12, 1], "c", [3, -1], glyphs)
+    with pytest.raises(ValueError, match="page 3 has the cells of .* every training page of a run must"):
+        collator([examples[0], tiled])
 
 
 def test_the_default_tokenizer_writes_one_token_per_character():
@@ -409,7 +437,7 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
     """The optimiser, its schedule and the training step of ``train sft`` must fit one fixed batch: a
     learning rate of zero, a dead schedule or a step that does not update the weights leaves the loss
     where it started."""
-    from training_helpers import PROMPT, small_trainee
+    from training_helpers import GRID, NO_TILES, PROMPT, small_trainee
 
     from jina_ocr.train.sft import learning_rate_factor, make_optimizer, train_step
 
@@ -421,6 +449,8 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
         Example(
             i,
             torch.randn(3, 128, 128, generator=generator),
+            NO_TILES,
+            GRID,
             torch.randint(8, 40, (12,), generator=generator).tolist() + [1],
             "",
             [0, 0, 1, 3] * 3 + [-1],
@@ -428,7 +458,7 @@ def test_twenty_steps_on_one_batch_halve_its_loss(tmp_path):
         )
         for i in range(2)
     ]
-    batch = Collator(PROMPT, pad_token_id=2)(examples)
+    batch = Collator(PROMPT, 2, GRID)(examples)
     batch.pop("indices")
     options = SFTOptions(out=tmp_path, steps=20, warmup=2, lr=1e-2)
     optimizer = make_optimizer(model, head, options)

@@ -9,9 +9,12 @@ from small_config import IMAGE, SMALL
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.train.data import Collator, Example
+from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead
 
 PROMPT = [3, 4, *[IMAGE] * 7, 5]  # a 128 px view: 2 x 2 cells, two newlines, the separator
+GRID = ViewGrid(128)
+NO_TILES = torch.zeros(0, 3, 640, 640)
 
 
 def small_trainee(detach_visual: bool = False):
@@ -34,11 +37,13 @@ def page_batch(index: int) -> dict:
     example = Example(
         index,
         torch.randn(3, 128, 128, generator=generator),
+        NO_TILES,
+        GRID,
         torch.randint(8, 40, (length,), generator=generator).tolist() + [1],
         "",
         ([0, 1, 3] * length)[:length] + [-1],
         glyphs,
     )
-    batch = Collator(PROMPT, pad_token_id=2)([example])
+    batch = Collator(PROMPT, 2, GRID)([example])
     batch.pop("indices")
     return batch

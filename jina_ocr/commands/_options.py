@@ -8,6 +8,8 @@ from jina_ocr.documents import DEFAULT_DPI
 from jina_ocr.errors import UserError
 from jina_ocr.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
 
+MODES = ("tiny", "small", "base", "large", "gundam")
+
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """How pages are read and the model runs: PDF resolution, resolution mode, decoding, device, dtype."""
@@ -16,7 +18,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mode",
-        choices=("tiny", "small", "base", "large", "gundam"),
+        choices=MODES,
         help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
         "(default: the model's, gundam for jina-ocr-v1)",
     )

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from jina_ocr.commands._options import MODES
 from jina_ocr.errors import UserError
 
 NAME = "train"
@@ -62,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "when OUT has no checkpoint (e.g. jina_ocr/models/jina-ocr-tiny)",
     )
     sft.add_argument("--stage", help="curriculum stage a new run starts in: line, rows or page (line)")
+    sft.add_argument(
+        "--mode",
+        choices=MODES,
+        help="processor mode the pages are read in (default: the starting files' mode, base for a new "
+        "model); starting from files of another mode, the towers learn the new scale again first",
+    )
     sft.add_argument(
         "--advance-cer",
         type=float,

@@ -5,10 +5,11 @@ Page ``index`` of a run seed and curriculum stage is always the same page
 parameters from the seed, the index and the stage), and the DataLoader hands pages over in index order
 whatever the number of workers, so a resumed run sees exactly the pages an uninterrupted one would have.
 
-Every page uses the same prompt and the processor mode has no tiles, so the prompt (chat template plus
-image placeholders) is one fixed id sequence; a training row is that prompt followed by the page's
-ground-truth Markdown and EOS, with the labels masked (-100) on the prompt and on padding. Each example
-also carries the page's glyph targets (:mod:`jina_ocr.train.glyphs`) for the training-only losses.
+Every page uses the same prompt and is an A5 page rendered at one dpi, so in a tiled mode too every
+page has the same tile grid, and the prompt (chat template plus image placeholders) is one fixed id
+sequence; a training row is that prompt followed by the page's ground-truth Markdown and EOS, with the
+labels masked (-100) on the prompt and on padding. Each example also carries the page's glyph targets
+(:mod:`jina_ocr.train.glyphs`) for the training-only losses.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
-from jina_ocr.remote_code.processing_jina_ocr import MODES
+from jina_ocr.remote_code.processing_jina_ocr import TILE_SIZE
 from jina_ocr.train.glyphs import NO_CELL, ViewGrid, glyph_targets
 from jina_ocr.train.recipe import PageRecipe
 
@@ -30,11 +31,14 @@ IGNORE_INDEX = -100
 
 @dataclass
 class Example:
-    """One page: its single global view (3, S, S), its target ids (Markdown + EOS), its Markdown, and
-    per target id the visual index of its glyph's cell and per cell its glyphs' ids."""
+    """One page: its global view (3, S, S) and its tiles (T, 3, 640, 640; T = 0 untiled), the grid of
+    cells its glyph targets address, its target ids (Markdown + EOS), its Markdown, and per target id the
+    visual index of its glyph's cell and per cell its glyphs' ids."""
 
     index: int
     pixel_values: torch.Tensor
+    pixel_values_local: torch.Tensor
+    grid: ViewGrid
     target_ids: list[int]
     markdown: str
     token_cells: list[int]
@@ -47,14 +51,10 @@ def target_ids(tokenizer, markdown: str, max_tokens: int) -> list[int]:
     return ids[:max_tokens]
 
 
-def prompt_ids(processor, prompt: str | None = None) -> list[int]:
-    """The ids of a one-page request in the processor's (untiled) mode: template plus placeholders."""
-    if processor.image_processor.grid_for(1000, 1000) is not None:
-        raise ValueError(
-            f"training needs an untiled processor mode, got {processor.image_processor.mode!r}: "
-            "tiles give every page its own prompt length"
-        )
-    blank = Image.new("RGB", (64, 64), "white")
+def prompt_ids(processor, image_size: tuple[int, int], prompt: str | None = None) -> list[int]:
+    """The ids of a one-page request for a page image of ``image_size`` px: template plus placeholders
+    (their number depends on the page's tile grid in a tiled mode)."""
+    blank = Image.new("RGB", image_size, "white")
     return processor(images=[blank], text=[processor.build_prompt(prompt)])["input_ids"][0].tolist()
 
 
@@ -79,7 +79,6 @@ class TrainingPageStream(IterableDataset):
     ):
         self.image_processor = processor.image_processor
         self.tokenizer = processor.tokenizer
-        self.grid = ViewGrid(MODES[self.image_processor.mode.lower()][0])
         self.seed = seed
         self.recipe = recipe
         self.start = start
@@ -107,24 +106,41 @@ class TrainingPageStream(IterableDataset):
         return self.recipe.training_page(self.seed, index, self.stage)
 
     def example(self, index: int, page) -> Example:
-        pixels = self.image_processor([page.image])["pixel_values"][0]
+        views = self.image_processor([page.image])
+        grid = ViewGrid.of_page(self.image_processor, page.image.size)
         ids = target_ids(self.tokenizer, page.markdown, self.max_target_tokens)
-        targets = glyph_targets(
-            self.tokenizer, page.markdown.strip(), page.pdf_bytes, page.image.size, self.grid
-        )
+        targets = glyph_targets(self.tokenizer, page.markdown.strip(), page.pdf_bytes, page.image.size, grid)
         return Example(
-            index, pixels, ids, page.markdown, targets.token_cells[: len(ids)], targets.cell_glyphs
+            index,
+            views["pixel_values"][0],
+            views["pixel_values_local"],
+            grid,
+            ids,
+            page.markdown,
+            targets.token_cells[: len(ids)],
+            targets.cell_glyphs,
         )
 
 
 class Collator:
-    """Rows of ``prompt + target``, right-padded; labels are the targets only (causal-LM convention)."""
+    """Rows of ``prompt + target``, right-padded; labels are the targets only (causal-LM convention).
 
-    def __init__(self, prompt: list[int], pad_token_id: int):
+    ``prompt`` holds the placeholders of pages of ``grid``; a page of another grid (another size in a
+    tiled mode) is refused here rather than by the model's placeholder count.
+    """
+
+    def __init__(self, prompt: list[int], pad_token_id: int, grid: ViewGrid):
         self.prompt = prompt
         self.pad_token_id = pad_token_id
+        self.grid = grid
 
     def __call__(self, examples: list[Example]) -> dict[str, torch.Tensor]:
+        for example in examples:
+            if example.grid != self.grid:
+                raise ValueError(
+                    f"page {example.index} has the cells of {example.grid}, the run's prompt those of "
+                    f"{self.grid}: every training page of a run must have the same size"
+                )
         length = len(self.prompt) + max(len(e.target_ids) for e in examples)
         input_ids = torch.full((len(examples), length), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
@@ -141,8 +157,17 @@ class Collator:
             "attention_mask": attention_mask,
             "labels": labels,
             "pixel_values": torch.stack([e.pixel_values for e in examples]),
-            "image_grids": torch.zeros((len(examples), 2), dtype=torch.long),
+            "pixel_values_local": torch.cat([e.pixel_values_local for e in examples]),
+            "image_grids": torch.tensor([self.grid.tiles or (0, 0)] * len(examples), dtype=torch.long),
             "indices": torch.tensor([e.index for e in examples]),
             "token_cells": token_cells,
             "cell_glyphs": torch.stack([e.cell_glyphs for e in examples]),
         }
+
+
+def batch_grid(batch: dict[str, torch.Tensor]) -> ViewGrid:
+    """The cells the glyph targets of a collated batch address (one grid for every page of a batch)."""
+    cols, rows = batch["image_grids"][0].tolist()
+    if cols * rows:
+        return ViewGrid(TILE_SIZE, (cols, rows))
+    return ViewGrid(batch["pixel_values"].shape[-1])

@@ -8,7 +8,8 @@ share of words of random letters (``letters``), which no language model can gues
 grow with the curriculum (:mod:`jina_ocr.train.recipe`):
 
 - ``line``: one to three lines of 18-24 pt type, each on its own row of visual tokens (one line per
-  cell row is the geometry whose glyphs the vision towers learn fastest);
+  cell row is the geometry whose glyphs the vision towers learn fastest; where rows are too low for
+  24 pt type, as on the tiles of a tiled mode, a line takes two rows);
 - ``rows``: an optional 24-32 pt heading and two to eight body lines, still one per cell row;
 - ``page``: the target format, a 24-32 pt heading and two to eight lines of 18-22 pt body text at
   natural leading (1.15-1.5), so a cell row holds parts of two lines.
@@ -128,7 +129,7 @@ def _fill_line(
 def drill_page(
     stage: str,
     seed: int | str,
-    row_height: float,
+    line_pitch: float,
     *,
     dpi: int = DEFAULT_DPI,
     fonts: tuple[str, ...] = BODY_FONTS,
@@ -138,7 +139,8 @@ def drill_page(
     phase: float = 0.0,
     leading: float | None = None,
 ) -> DrillPage:
-    """Drill ``seed`` of ``stage`` on an A5 page whose visual-token rows are ``row_height`` points tall.
+    """Drill ``seed`` of ``stage`` on an A5 page; the lines of a ``line`` or ``rows`` drill are
+    ``line_pitch`` points apart (a whole number of rows of visual tokens, :meth:`PageRecipe.line_pitch`).
 
     ``held_out`` draws the words from the held-out list instead; ``lines`` fixes the number of body
     lines (otherwise drawn from the stage's range); ``letters`` is the share of words of random letters
@@ -173,12 +175,12 @@ def drill_page(
         y = rng.uniform(50, 110)
     else:
         size = rng.choice((18.0, 20.0, 22.0, 24.0))
-        leading = row_height
-        # Baselines around 70 % of a cell row (+-2 pt), where ascenders and descenders stay inside it,
-        # moved by up to half of ``phase`` rows either way (a draw of its own: the rest of the page is
-        # that of a phase of 0).
-        y = row_height * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
-        y += row_height * phase * (random.Random(f"{key}/phase").random() - 0.5)
+        leading = line_pitch
+        # Baselines around 70 % of a line's rows (+-2 pt), where ascenders and descenders stay inside
+        # them, moved by up to half of ``phase`` pitches either way (a draw of its own: the rest of the
+        # page is that of a phase of 0).
+        y = line_pitch * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
+        y += line_pitch * phase * (random.Random(f"{key}/phase").random() - 0.5)
     with_heading = (stage == "page" and rng.random() < 0.9) or (stage == "rows" and rng.random() < 0.4)
     if with_heading:
         head_size = rng.choice((24.0, 26.0, 28.0, 30.0, 32.0))
@@ -188,7 +190,7 @@ def drill_page(
         heading[0] = heading[0][:1].upper() + heading[0][1:]
         page.insert_text((margin, y), " ".join(heading), fontsize=head_size, fontname=bold)
         markdown.append("# " + " ".join(heading))
-        y += head_size * 1.6 if stage == "page" else 2 * row_height
+        y += head_size * 1.6 if stage == "page" else 2 * line_pitch
     if lines is None:
         lines = rng.randint(1, 3) if stage == "line" else rng.randint(2, 8)
     lines = max(1, min(lines, int((height - 40 - y) / leading) + 1))

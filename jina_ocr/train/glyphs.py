@@ -4,8 +4,8 @@ Every training page is a PDF, so its text layer (``page.get_text("rawdict")``) g
 printed glyph. Matched to the page's ground-truth Markdown, the boxes say two things per page that
 teacher forcing alone never tells a model trained from scratch:
 
-- which visual token (cell of the global view) holds each target token's glyph, the target of the
-  attention-alignment loss (:mod:`jina_ocr.train.supervision`);
+- which visual token (cell of the global view, or of the tiles in a tiled mode) holds each target
+  token's glyph, the target of the attention-alignment loss (:mod:`jina_ocr.train.supervision`);
 - which glyphs each cell holds, in reading order, the target of the per-glyph loss on the visual
   tokens: up to ``GLYPH_LINES`` text lines per cell, up to ``GLYPH_SLOTS`` glyphs of each line.
 
@@ -21,7 +21,12 @@ import pymupdf
 import torch
 from rapidfuzz.distance import Levenshtein
 
-from jina_ocr.remote_code.processing_jina_ocr import PIXELS_PER_TOKEN, global_view_placement
+from jina_ocr.remote_code.processing_jina_ocr import (
+    MODES,
+    PIXELS_PER_TOKEN,
+    TILE_SIZE,
+    global_view_placement,
+)
 
 GLYPH_LINES = 2
 GLYPH_SLOTS = 6
@@ -65,25 +70,60 @@ def markdown_glyphs(markdown: str, glyphs: list[Glyph]) -> list[Glyph | None]:
 
 @dataclass(frozen=True)
 class ViewGrid:
-    """The cells of a square global view of ``view_size`` px: ``side`` x ``side`` visual tokens."""
+    """The cells glyph targets address: ``rows`` x ``cols`` visual tokens, a newline vector after each row.
+
+    In an untiled mode they are the global view's (``view_size`` px square, the page placed as
+    :func:`global_view_placement` does). On a tiled page (``tiles`` = (i, j) columns and rows of 640 px
+    tiles) they are the tiles' big grid, which the decoder reads before the global view: there a row of
+    tokens is a third as tall on an A5 page, so that a cell holds glyphs of one text line.
+    """
 
     view_size: int
+    tiles: tuple[int, int] | None = None
+
+    @classmethod
+    def of_page(cls, image_processor, image_size: tuple[int, int]) -> ViewGrid:
+        """The grid of a ``image_size`` page in ``image_processor``'s mode."""
+        tiles = image_processor.grid_for(*image_size)
+        if tiles is None:
+            return cls(MODES[image_processor.mode.lower()][0])
+        return cls(TILE_SIZE, tuple(tiles))
 
     @property
     def side(self) -> int:
+        """Tokens along each side of one view."""
         return self.view_size // PIXELS_PER_TOKEN
+
+    @property
+    def rows(self) -> int:
+        return self.side * (self.tiles[1] if self.tiles else 1)
+
+    @property
+    def cols(self) -> int:
+        return self.side * (self.tiles[0] if self.tiles else 1)
 
     def sequence_index(self, row: int, col: int) -> int:
         """Index of cell (row, col) among the image's visual vectors (a newline follows every row)."""
-        return row * (self.side + 1) + col
+        return row * (self.cols + 1) + col
+
+    def cell_tokens(self, views: torch.Tensor) -> torch.Tensor:
+        """(N * views, side * side, hidden) projected views -> (N, rows * cols, hidden), row-major cells
+        (tile k of a page is column k % i, row k // i of its grid, as the model arranges them)."""
+        i, j = self.tiles or (1, 1)
+        side, hidden = self.side, views.shape[-1]
+        grid = views.reshape(-1, j, i, side, side, hidden).permute(0, 1, 3, 2, 4, 5)
+        return grid.reshape(-1, self.rows * self.cols, hidden)
 
     def cells(
         self, glyphs: list[Glyph], page_size: tuple[float, float], image_size: tuple[int, int]
     ) -> list[tuple[int, int]]:
         """(row, col) of the cell holding each glyph's centre, as the processor places the rendered
-        ``image_size`` image of the ``page_size`` page (points) in its view."""
+        ``image_size`` image of the ``page_size`` page (points) in its views."""
         width, height = page_size
-        x0, y0, w, h = global_view_placement(*image_size, self.view_size)
+        if self.tiles:
+            x0, y0, w, h = 0, 0, self.cols * PIXELS_PER_TOKEN, self.rows * PIXELS_PER_TOKEN
+        else:
+            x0, y0, w, h = global_view_placement(*image_size, self.view_size)
         cells = []
         for glyph in glyphs:
             left, top, right, bottom = glyph.box
@@ -91,8 +131,8 @@ class ViewGrid:
             y = y0 + (top + bottom) / 2 / height * h
             cells.append(
                 (
-                    min(self.side - 1, max(0, int(y // PIXELS_PER_TOKEN))),
-                    min(self.side - 1, max(0, int(x // PIXELS_PER_TOKEN))),
+                    min(self.rows - 1, max(0, int(y // PIXELS_PER_TOKEN))),
+                    min(self.cols - 1, max(0, int(x // PIXELS_PER_TOKEN))),
                 )
             )
         return cells
@@ -103,7 +143,7 @@ class GlyphTargets:
     """A page's dense targets: per target token its cell's sequence index (or -1), per cell its glyphs."""
 
     token_cells: list[int]
-    cell_glyphs: torch.Tensor  # (side * side, GLYPH_LINES, GLYPH_SLOTS) token ids, -1 where empty
+    cell_glyphs: torch.Tensor  # (rows * cols, GLYPH_LINES, GLYPH_SLOTS) token ids, -1 where empty
 
 
 def glyph_targets(
@@ -125,7 +165,7 @@ def glyph_targets(
         token_cells.append(NO_CELL if first is None else grid.sequence_index(*cell_of[id(first)]))
     token_cells.append(NO_CELL)  # EOS
 
-    slots = torch.full((grid.side * grid.side, GLYPH_LINES, GLYPH_SLOTS), -1, dtype=torch.long)
+    slots = torch.full((grid.rows * grid.cols, GLYPH_LINES, GLYPH_SLOTS), -1, dtype=torch.long)
     lines_in_cell: dict[tuple[int, int], list[int]] = {}
     filled: dict[tuple[int, int, int], int] = {}
     for glyph in (g for g in matched if g is not None):
@@ -138,5 +178,5 @@ def glyph_targets(
         slot = filled.get((row, col, line), 0)
         filled[(row, col, line)] = slot + 1
         if len(ids) == 1 and line < GLYPH_LINES and slot < GLYPH_SLOTS:
-            slots[row * grid.side + col, line, slot] = ids[0]
+            slots[row * grid.cols + col, line, slot] = ids[0]
     return GlyphTargets(token_cells, slots)

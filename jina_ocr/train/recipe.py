@@ -6,7 +6,9 @@ breadth for learnability (the measurements behind each choice are in the README'
 - Pages are A5 portrait, rendered at the dpi of ``jina-ocr convert``'s PDF pages, and read in the
   processor's ``base`` mode: one 1024 px view (16 x 16 visual tokens, 273 placeholders). A token then
   covers 37 x 37 pt of an A5 page, about three glyphs of 20 pt type: ``small`` mode's 42 x 60 pt cells
-  hold seven, which the towers learnt several times more slowly.
+  hold seven, which the towers learnt several times more slowly. A 37 pt row holds parts of two body
+  lines at natural leading, though, so a run may read its pages in ``gundam`` mode instead (``mode``):
+  2 x 3 tiles of 640 px on an A5 page, rows of 20 pt, and the glyph targets on the tiles' cells.
 - The curriculum (:data:`~jina_ocr.train.drills.STAGES`) starts with one line per row of visual tokens
   and ends on the target format; a run moves to the next stage when the held-out character error rate of
   its current stage drops below that stage's threshold (``advance_cer``), not after a fixed page count.
@@ -22,17 +24,26 @@ breadth for learnability (the measurements behind each choice are in the README'
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
-from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, global_view_placement
+from jina_ocr.remote_code.processing_jina_ocr import (
+    MODES,
+    PIXELS_PER_TOKEN,
+    JinaOCRImageProcessor,
+    global_view_placement,
+)
 from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.page import PageTooSmallError
 from jina_ocr.train.drills import A5, BODY_FONTS, STAGES, DrillPage, drill_page
+from jina_ocr.train.glyphs import ViewGrid
 
 PROCESSOR_MODE = "base"
+# Lines of the early stages are at least this far apart: 1.2 x the largest drill type (24 pt).
+MIN_LINE_PITCH = 28.8
 
 # Dimensions of jina-ocr-tiny; vocabulary size and special-token ids come from its tokenizer.
 MODEL_DIMENSIONS: dict[str, Any] = {
@@ -91,12 +102,24 @@ class PageRecipe:
     def view_size(self) -> int:
         return MODES[self.mode][0]
 
+    def image_size(self) -> tuple[int, int]:
+        """Pixel size of an A5 page rendered at ``dpi``: every drill page's."""
+        return round(A5[0] * self.dpi / 72), round(A5[1] * self.dpi / 72)
+
     def row_height(self) -> float:
-        """Height in points of one row of visual tokens on an A5 page rendered at ``dpi``."""
-        image_height = round(A5[1] * self.dpi / 72)
-        image_width = round(A5[0] * self.dpi / 72)
-        _, _, _, view_height = global_view_placement(image_width, image_height, self.view_size)
+        """Height in points of one row of the visual tokens glyph targets address on an A5 page
+        (:class:`~jina_ocr.train.glyphs.ViewGrid`: the global view's, or the tiles' in a tiled mode)."""
+        grid = ViewGrid.of_page(JinaOCRImageProcessor(mode=self.mode), self.image_size())
+        if grid.tiles:
+            return A5[1] / grid.rows
+        _, _, _, view_height = global_view_placement(*self.image_size(), self.view_size)
         return PIXELS_PER_TOKEN * A5[1] / view_height
+
+    def line_pitch(self) -> float:
+        """Distance in points between the lines of the early stages: the fewest whole rows of visual
+        tokens that hold a line of the largest drill type (one row in ``base`` mode, two on tiles)."""
+        row = self.row_height()
+        return row * math.ceil(MIN_LINE_PITCH / row)
 
     def synth_page(self, seed: int, index: int) -> SynthPage | None:
         """Synth page ``index`` of ``seed``, or None when the generator cannot lay it out."""
@@ -117,7 +140,7 @@ class PageRecipe:
         return drill_page(
             stage,
             seed,
-            self.row_height(),
+            self.line_pitch(),
             dpi=self.dpi,
             fonts=self.drill_fonts,
             letters=self.letter_words,

@@ -43,13 +43,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from jina_ocr.errors import UserError
-from jina_ocr.train.data import Collator, TrainingPageStream, prompt_ids
+from jina_ocr.train.data import Collator, TrainingPageStream, batch_grid, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
+from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.legacy_checkpoint import legacy_moments
 from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.parallel import SOLO, Group, run_processes
-from jina_ocr.train.recipe import PageRecipe, model_config
+from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import (
@@ -111,6 +112,7 @@ class SFTOptions:
     workers: int = 1
     threads: int | None = None
     processes: int = 1
+    mode: str | None = None
     recipe: PageRecipe = field(default_factory=PageRecipe)
 
 
@@ -209,7 +211,9 @@ def starting_model(options: SFTOptions):
                 raise UserError(f"--resume-from {source}: its settings record no training progress")
             return model, processor, settings, Progress.from_record(settings["progress"])
         return model, processor, settings, Progress(stage=STAGES.index(options.stage))
-    processor = build_processor(_fresh_tokenizer(options), options.recipe.mode)
+    mode = options.mode or PROCESSOR_MODE
+    options = dataclasses.replace(options, recipe=dataclasses.replace(options.recipe, mode=mode))
+    processor = build_processor(_fresh_tokenizer(options), mode)
     torch.manual_seed(options.seed)
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
@@ -219,12 +223,7 @@ def starting_model(options: SFTOptions):
         options.recipe.drill(stage, f"init/{options.seed}/{i}").image for stage in STAGES for i in range(4)
     ]
     standardize_projector(model, processor.image_processor(views)["pixel_values"])
-    return (
-        model,
-        processor,
-        {"processor_mode": options.recipe.mode},
-        Progress(stage=STAGES.index(options.stage)),
-    )
+    return model, processor, {"processor_mode": mode}, Progress(stage=STAGES.index(options.stage))
 
 
 def _parameter_groups(model, glyph_head, options: SFTOptions):
@@ -325,21 +324,23 @@ def supervised_losses(
     """
     token_cells = batch.pop("token_cells")
     cell_glyphs = batch.pop("cell_glyphs")
+    grid = batch_grid(batch)
 
-    def glyphs(visual_tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def glyphs(views: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        cell_tokens = grid.cell_tokens(views)
         if glyph_head_alone:
-            visual_tokens = visual_tokens.detach()
-        return glyph_loss(glyph_head(visual_tokens), cell_glyphs, glyph_head.empty)
+            cell_tokens = cell_tokens.detach()
+        return glyph_loss(glyph_head(cell_tokens), cell_glyphs, glyph_head.empty)
 
     if towers_only:
         with autocast:
-            visual_tokens = model.model.encode_views(batch["pixel_values"])
-        glyph, glyph_stats = glyphs(visual_tokens)
+            views = model.model.encode_views(batch["pixel_values_local" if grid.tiles else "pixel_values"])
+        glyph, glyph_stats = glyphs(views)
         return glyph, {"glyph": glyph.item(), **glyph_stats}
     probes.clear()
     with autocast:
         lm = model(**batch).loss
-    glyph, glyph_stats = glyphs(probes.visual_tokens)
+    glyph, glyph_stats = glyphs(probes.projected[grid.side**2])
     align, align_stats = alignment_loss(probes.log_attention, token_cells)
     total = lm + options.glyph_weight * glyph + options.align_weight * align
     parts = {"lm": lm.item(), "glyph": glyph.item(), "align": align.item(), **glyph_stats, **align_stats}
@@ -387,10 +388,17 @@ def held_out_batch(processor, options: SFTOptions, stage: int) -> tuple[list, di
     return pages, page_batch(processor, options, pages)
 
 
+def run_collator(processor, recipe: PageRecipe) -> Collator:
+    """The collator of a run's pages: their one prompt and grid (every drill page is A5 at one dpi)."""
+    image_size = recipe.image_size()
+    grid = ViewGrid.of_page(processor.image_processor, image_size)
+    return Collator(prompt_ids(processor, image_size), processor.tokenizer.pad_token_id, grid)
+
+
 def page_batch(processor, options: SFTOptions, pages: list) -> dict:
     """The teacher-forcing batch of ``pages`` on the CPU, with their glyph targets."""
     stream = TrainingPageStream(processor, options.seed, options.recipe, 1, options.max_target_tokens)
-    collate = Collator(prompt_ids(processor), processor.tokenizer.pad_token_id)
+    collate = run_collator(processor, options.recipe)
     batch = collate([stream.example(i, page) for i, page in enumerate(pages)])
     batch.pop("indices")
     return batch
@@ -421,6 +429,23 @@ class _Trainer:
             progress = Progress.from_record(state["progress"])
         else:
             model, processor, settings, progress = starting_model(options)
+        mode = options.mode or settings["processor_mode"]
+        new_mode = mode != settings["processor_mode"]
+        if new_mode:
+            if state is not None:
+                raise UserError(
+                    f"--mode {mode}: the run in {self.out} trains in {settings['processor_mode']!r} mode; "
+                    "a run changes mode only when it starts from model files (--resume-from, --init)"
+                )
+            processor = build_processor(processor.tokenizer, mode)
+            settings["processor_mode"] = mode
+            # Glyphs at another scale (on tiles, about twice as large): the towers learn them again on
+            # the glyph loss (in a towers-first phase if the run has one), with the head, as a fresh
+            # run's do.
+            progress.towers_ready = False
+        self.options = options = dataclasses.replace(
+            options, recipe=dataclasses.replace(options.recipe, mode=mode)
+        )
         self.model, self.processor, self.settings, self.progress = model, processor, settings, progress
         record = {
             key: str(value) if isinstance(value, Path) else value
@@ -444,7 +469,9 @@ class _Trainer:
         self.optimizer = make_optimizer(model, self.glyph_head, options)
         if state is None and options.resume_from is not None:
             progress.rewarm_from = progress.step  # a fresh optimizer: the rate ramps up again
-            progress.glyph_head_ready = False  # and a fresh glyph head on trained towers
+            # and a fresh glyph head on trained towers first catches up with them (not when they learn
+            # a new mode's scale)
+            progress.glyph_head_ready = new_mode
         self.glyph_acc = 0.0  # running mean of the training glyph accuracy while the head catches up
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
@@ -459,7 +486,8 @@ class _Trainer:
             raise UserError(
                 f"--align-layers {list(options.align_layers)}: the decoder has layers 0 to {layers - 1}"
             )
-        self.prompt = prompt_ids(processor)
+        self.collator = run_collator(processor, options.recipe)
+        self.prompt = self.collator.prompt
         image_token = model.config.image_token_id
         first_visual = self.prompt.index(image_token)
         visual_count = self.prompt.count(image_token)
@@ -471,7 +499,6 @@ class _Trainer:
             visual=slice(first_visual, first_visual + visual_count),
             detach_visual=options.towers_from_glyphs,
         )
-        self.collator = Collator(self.prompt, processor.tokenizer.pad_token_id)
         self.held_out: dict[int, tuple[list, dict]] = {}
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=options.bf16)
         if state is None:
@@ -538,7 +565,10 @@ class _Trainer:
         batch = {key: value.to(self.device) for key, value in cpu_batch.items()}
         _, parts = self.losses(dict(batch))
         batch.pop("token_cells"), batch.pop("cell_glyphs")
+        # Every page gets the previous page's views (its global view and its tiles).
+        tiles_per_page = batch["pixel_values_local"].shape[0] // batch["pixel_values"].shape[0]
         batch["pixel_values"] = batch["pixel_values"].roll(1, 0)
+        batch["pixel_values_local"] = batch["pixel_values_local"].roll(tiles_per_page, 0)
         with self.autocast:
             gap = self.model(**batch).loss.item() - parts["lm"]
         self.model.train()

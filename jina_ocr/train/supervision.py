@@ -60,7 +60,11 @@ def glyph_loss(logits: torch.Tensor, cell_glyphs: torch.Tensor, empty: int) -> t
 
 
 class AttentionProbes:
-    """Forward hooks that keep the projector's output and one head's attention over the visual tokens.
+    """Forward hooks that keep the projector's outputs and one head's attention over the visual tokens.
+
+    The projector runs once per kind of view (the global views, then in a tiled mode the tiles);
+    ``projected`` keeps each output by its tokens per view, from which the glyph loss takes the views its
+    cells belong to (:meth:`~jina_ocr.train.glyphs.ViewGrid.cell_tokens`).
 
     ``layers`` are decoder layer indices; in each, head ``head`` is probed. A probe recomputes that
     head's scores from the attention module's own inputs (hidden states, rotary tables, mask), so the
@@ -76,7 +80,7 @@ class AttentionProbes:
         self.text_start, self.visual, self.head = text_start, visual, head
         self.detach_visual = detach_visual
         self.active = True
-        self.visual_tokens: torch.Tensor | None = None
+        self.projected: dict[int, torch.Tensor] = {}
         self.log_attention: list[torch.Tensor] = []
         core = model.model
         self.handles = [core.projector.register_forward_hook(self._keep_projection)]
@@ -86,7 +90,7 @@ class AttentionProbes:
 
     def _keep_projection(self, module, inputs, output) -> torch.Tensor | None:
         if self.active:
-            self.visual_tokens = output
+            self.projected[output.shape[1]] = output
             if self.detach_visual:
                 return output.detach()
         return None
@@ -131,7 +135,7 @@ class AttentionProbes:
             self.active = True
 
     def clear(self) -> None:
-        self.visual_tokens, self.log_attention = None, []
+        self.projected, self.log_attention = {}, []
 
     def remove(self) -> None:
         for handle in self.handles:

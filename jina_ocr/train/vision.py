@@ -35,8 +35,8 @@ def vision_parameters(model) -> list[torch.nn.Parameter]:
 def compile_towers(model, backend: str = "inductor") -> None:
     """Compile SAM and CLIP in place for training (``--compile-towers``).
 
-    Every training page is one view of the same size, so one static graph (``dynamic=False``) serves
-    the whole run. ``nn.Module.compile`` compiles each tower where it sits, so parameter names, saved
+    Every training page has views of the same sizes (its global view and, in a tiled mode, tiles of one
+    grid), so static graphs (``dynamic=False``, one per view size) serve the whole run. ``nn.Module.compile`` compiles each tower where it sits, so parameter names, saved
     files and checkpoints are those of the eager model and a run may switch it on or off on a rerun.
     """
     for name in TOWERS:
