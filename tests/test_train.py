@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -241,6 +242,39 @@ def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path, monkeypatch, caps
     assert [page.markdown for page in distilled_pages] == plain
     again = [r["distilling_again"] for r in _log(out) if "distilling_again" in r]
     assert again == ["distill.pt was made with other letter_words"]
+
+
+def test_distilled_states_are_each_pages_own_in_a_tiled_mode(sft_run, tmp_path):
+    """In gundam mode a batch holds its tiles image after image, as many per page as its grid has: the
+    states the head learns from must come from the page's own tiles. Checked against a forward on the
+    page's share of the batch's tiles, cut here by hand, for pages of 2 and 6 tiles."""
+    files = tmp_path / "tiled"
+    shutil.copytree(sft_run[0] / "model", files)
+    settings = load_settings(files)
+    settings["processor_mode"] = "gundam"
+    (files / "jina_ocr_model.json").write_text(json.dumps(settings), encoding="utf-8")
+    model, processor = load_model_files(files)
+    assert model.config.mtp_first_hidden == "post_norm"
+    page = PageRecipe().training_page(2, 1, len(STAGES) - 1).image
+    images = [page.crop((0, 0, page.width, page.height // 3)), page]
+    sequences = distill(model, processor, [SimpleNamespace(image=image) for image in images], 2, 4)
+    batch = processor.prepare_ocr_inputs(images)
+    grids = batch["image_grids"].tolist()
+    assert grids == [[2, 1], [2, 3]]
+    first_tile = 0
+    for row, ((cols, rows), sequence) in enumerate(zip(grids, sequences, strict=True)):
+        tiles = batch["pixel_values_local"][first_tile : first_tile + cols * rows]
+        first_tile += cols * rows
+        prompt = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+        assert sequence["ids"][: sequence["prompt_length"]].tolist() == prompt
+        with torch.no_grad():
+            state = model(
+                input_ids=sequence["ids"][None],
+                pixel_values=batch["pixel_values"][row : row + 1],
+                pixel_values_local=tiles,
+                image_grids=batch["image_grids"][row : row + 1],
+            ).last_hidden_state[0]
+        torch.testing.assert_close(sequence["hidden"], state)
 
 
 def test_depth_weights_are_fastmtp_s():

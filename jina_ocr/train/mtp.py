@@ -74,19 +74,18 @@ def distill(model, processor, pages, batch_size: int, max_new_tokens: int) -> li
         with torch.inference_mode():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, use_mtp=False)
             width = inputs["input_ids"].shape[1]
-            for row in range(len(chunk)):
-                real = inputs["attention_mask"][row].bool()
-                prompt = inputs["input_ids"][row][real].tolist()
+            for row, page in enumerate(chunk):
                 generated = out[row, width:].tolist()
                 eos = processor.tokenizer.eos_token_id
                 if eos in generated:
                     generated = generated[: generated.index(eos) + 1]
+                # The page alone, unpadded: its own views (a tiled page's tiles are not one slice per
+                # row of the batch's) and its prompt, then what the batch generated for it.
+                alone = processor.prepare_ocr_inputs([page.image], device=model.device, dtype=model.dtype)
+                prompt = alone.pop("input_ids")[0].tolist()
+                alone.pop("attention_mask", None)
                 ids = torch.tensor([prompt + generated], device=model.device)
-                main = model(
-                    input_ids=ids,
-                    pixel_values=inputs["pixel_values"][row : row + 1],
-                    image_grids=inputs["image_grids"][row : row + 1],
-                )
+                main = model(input_ids=ids, **alone)
                 state = main.last_hidden_state if first == "post_norm" else main.pre_norm_hidden_state
                 sequences.append(
                     {"ids": ids[0].cpu(), "prompt_length": len(prompt), "hidden": state[0].float().cpu()}
