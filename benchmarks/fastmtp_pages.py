@@ -11,7 +11,7 @@ The output of the two must be identical on every page: FastMTP is lossless.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -20,6 +20,9 @@ from jina_ocr.models import BUNDLED
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_eval import generate_all  # noqa: E402
 
 
 def interleaved(files: Path, pages: int, passes: int, seed: int, max_new_tokens: int) -> dict:
@@ -30,23 +33,18 @@ def interleaved(files: Path, pages: int, passes: int, seed: int, max_new_tokens:
     images = [page.image for page in PageRecipe().held_out_pages(len(STAGES) - 1, seed, pages)]
     totals = {use_mtp: {"tokens": 0, "seconds": 0.0} for use_mtp in (False, True)}
     identical = 0
-
-    def decode(inputs: dict, use_mtp: bool) -> torch.Tensor:
-        started = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, use_mtp=use_mtp)
-        totals[use_mtp]["seconds"] += time.perf_counter() - started
-        totals[use_mtp]["tokens"] += out.shape[1] - inputs["input_ids"].shape[1]
-        return out
-
-    with torch.inference_mode():  # warm-up, not counted
-        model.generate(**processor.prepare_ocr_inputs(images[:1]), max_new_tokens=8, do_sample=False)
+    generate_all(model, processor, images[:1], 1, True, 8)  # warm-up, not counted
     for number in range(passes):
         for index, image in enumerate(images):
-            inputs = processor.prepare_ocr_inputs([image], device=model.device, dtype=model.dtype)
             order = (True, False) if (index + number) % 2 == 0 else (False, True)
-            outputs = {use_mtp: decode(inputs, use_mtp) for use_mtp in order}
-            identical += torch.equal(outputs[True], outputs[False])
+            runs = {
+                use_mtp: generate_all(model, processor, [image], 1, use_mtp, max_new_tokens)
+                for use_mtp in order
+            }
+            identical += runs[True].rows == runs[False].rows
+            for use_mtp, run in runs.items():
+                totals[use_mtp]["tokens"] += run.tokens
+                totals[use_mtp]["seconds"] += run.seconds
     return {"totals": totals, "identical": identical, "calls": passes * len(images)}
 
 
