@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
@@ -25,7 +26,7 @@ from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.graft import graft
-from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer
+from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer, save_model_files
 from jina_ocr.train.mtp import collate, depth_weights, distill, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, _Trainer, moments_by_name, starting_model, supervised_losses
@@ -242,6 +243,44 @@ def test_mtp_smoke_run_trains_only_the_head(sft_run, tmp_path, monkeypatch, caps
     assert [page.markdown for page in distilled_pages] == plain
     again = [r["distilling_again"] for r in _log(out) if "distilling_again" in r]
     assert again == ["distill.pt was made with other letter_words"]
+
+
+def test_mtp_head_from_starts_from_the_head_of_other_model_files(sft_run, tmp_path, capsys):
+    """``--head-from`` gives the model the donor's head before training (with no epochs the written
+    head is the donor's and everything else the model's own) and records the donor's step; donor files
+    without a head, or with one of another shape, are refused by name."""
+    model_files = sft_run[0] / "model"
+    weights = load_file(str(model_files / "model.safetensors"))
+    donor = tmp_path / "donor"
+    shutil.copytree(model_files, donor)
+    generator = torch.Generator().manual_seed(0)
+    donor_weights = {
+        k: v + torch.randn(v.shape, generator=generator).to(v.dtype) if k.startswith("mtp_module.") else v
+        for k, v in weights.items()
+    }
+    save_file(donor_weights, str(donor / "model.safetensors"))
+    out = tmp_path / "mtp"
+    args = ["train", "mtp", str(model_files), str(out), "--pages", "3", "--held-out", "1", "--epochs", "0"]
+    args += ["--max-new-tokens", "4", "--threads", "2"]
+    assert main([*args, "--head-from", str(donor)]) == 0
+    written = load_file(str(out / "model" / "model.safetensors"))
+    assert any(k.startswith("mtp_module.") for k in written)
+    for key, value in written.items():
+        assert torch.equal(value, (donor_weights if key.startswith("mtp_module.") else weights)[key]), key
+    assert load_settings(out / "model")["mtp"]["head_from_step"] == load_settings(donor)["progress"]["step"]
+
+    model, processor = load_model_files(model_files)
+    settings = load_settings(model_files)
+    for name, change in (("headless", {"num_nextn_predict_layers": 0}), ("wider", {"intermediate_size": 40})):
+        config = model.config.to_dict() | change
+        other = JinaOCRForConditionalGeneration(type(model.config).from_dict(config))
+        save_model_files(tmp_path / name, other, processor.tokenizer, settings)
+    assert main([*args, "--head-from", str(tmp_path / "headless")]) != 0
+    assert "headless: those model files have no FastMTP head" in capsys.readouterr().err
+    assert main([*args, "--head-from", str(tmp_path / "wider")]) != 0
+    assert re.search(
+        "wider: its FastMTP head does not fit this model.*size mismatch", capsys.readouterr().err
+    )
 
 
 def test_distilled_states_are_each_pages_own_in_a_tiled_mode(sft_run, tmp_path):

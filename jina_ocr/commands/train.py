@@ -193,6 +193,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="share of the pages' drill words made of random letters, which only the image predicts (0)",
     )
+    mtp.add_argument(
+        "--head-from",
+        type=Path,
+        help="model files whose FastMTP head this one starts from, the bundle before for instance "
+        "(default: the head MODEL carries)",
+    )
     mtp.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     mtp.add_argument("--threads", type=int, help="torch CPU threads")
     _add_bundle_arguments(phases)
@@ -312,6 +318,10 @@ def _mtp(args: argparse.Namespace) -> Path:
         )
     if not (options.model / "config.json").exists():
         raise UserError(f"{options.model}: no config.json there; give the model/ folder of an sft run")
+    if options.head_from is not None and not (options.head_from / "config.json").exists():
+        raise UserError(
+            f"--head-from {options.head_from}: no config.json there; give a folder of model files"
+        )
     return train_mtp(options)
 
 

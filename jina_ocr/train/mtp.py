@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from jina_ocr.errors import UserError
 from jina_ocr.train.data import IGNORE_INDEX
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.model_files import WEIGHTS, load_model_files, load_settings, save_model_files
@@ -48,6 +49,7 @@ class MTPOptions:
     held_out: int = 32
     max_new_tokens: int = 192
     letter_words: float = 0.0
+    head_from: Path | None = None
     device: str | None = None
     threads: int | None = None
 
@@ -157,6 +159,7 @@ def train_mtp(options: MTPOptions) -> Path:
     settings = load_settings(options.model)
     if not hasattr(model, "mtp_module"):
         raise ValueError(f"{options.model} has no FastMTP head (num_nextn_predict_layers is 0)")
+    head_from_step = None if options.head_from is None else start_head_from(model, options.head_from)
     depths = model.config.mtp_num_speculative_steps
     weights = depth_weights(depths)
 
@@ -228,11 +231,34 @@ def train_mtp(options: MTPOptions) -> Path:
     # The head's own options; the model it was trained on is the one these settings describe (its path
     # would only name a folder on the training machine).
     settings["mtp"] = {
-        key: value for key, value in vars(options).items() if key not in ("model", "out", "device", "threads")
+        key: value
+        for key, value in vars(options).items()
+        if key not in ("model", "out", "head_from", "device", "threads")
     }
+    if options.head_from is not None:
+        settings["mtp"]["head_from_step"] = head_from_step
     settings["mtp"]["depth_weights"] = [round(w, 4) for w in weights]
     model.requires_grad_(False)
     return save_model_files(out / "model", model.eval(), processor.tokenizer, settings)
+
+
+def start_head_from(model, folder: Path) -> int | None:
+    """Give ``model`` the FastMTP head of the model files in ``folder``; returns the training step
+    those files record (None for files no run wrote), which the new head's settings keep.
+
+    A run's files carry the head of whatever model the run started from, trained on that model's
+    outputs (in another processor mode, say); the head of the bundle before, trained on the outputs of a
+    close model, starts nearer to what this one drafts, so the same epochs take it further.
+    """
+    donor, _ = load_model_files(folder)
+    if not hasattr(donor, "mtp_module"):
+        raise UserError(f"--head-from {folder}: those model files have no FastMTP head")
+    try:
+        model.mtp_module.load_state_dict(donor.mtp_module.state_dict())
+    except RuntimeError as error:
+        detail = " ".join(str(error).split())  # torch's message spans lines and tabs
+        raise UserError(f"--head-from {folder}: its FastMTP head does not fit this model. {detail}") from None
+    return load_settings(folder).get("progress", {}).get("step")
 
 
 def distillation_key(options: MTPOptions) -> dict:
