@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 
 from jina_ocr.errors import UserError
 from jina_ocr.train.data import IGNORE_INDEX
@@ -250,11 +251,18 @@ def start_head_from(model, folder: Path) -> int | None:
     outputs (in another processor mode, say); the head of the bundle before, trained on the outputs of a
     close model, starts nearer to what this one drafts, so the same epochs take it further.
     """
-    donor, _ = load_model_files(folder)
-    if not hasattr(donor, "mtp_module"):
+    # Only the head's tensors are read: building the whole donor model would cost as much as the model.
+    prefix = "mtp_module."
+    with safe_open(str(Path(folder, WEIGHTS)), framework="pt") as handle:
+        head = {
+            key.removeprefix(prefix): handle.get_tensor(key)
+            for key in handle.keys()
+            if key.startswith(prefix)
+        }
+    if not head:
         raise UserError(f"--head-from {folder}: those model files have no FastMTP head")
     try:
-        model.mtp_module.load_state_dict(donor.mtp_module.state_dict())
+        model.mtp_module.load_state_dict(head)
     except RuntimeError as error:
         detail = " ".join(str(error).split())  # torch's message spans lines and tabs
         raise UserError(f"--head-from {folder}: its FastMTP head does not fit this model. {detail}") from None
