@@ -1,16 +1,24 @@
-"""FastMTP against greedy decoding at batch 1, page by page in turn, on held-out target-format pages.
+"""FastMTP against greedy decoding on held-out target-format pages, in float32 and bfloat16, in turn.
 
-    python benchmarks/fastmtp_pages.py [--model FILES] [--pages 32] [--passes 2] [--threads 2]
+    python benchmarks/fastmtp_pages.py [--model FILES] [--pages 32] [--passes 2] [--batch-size 1]
+                                       [--dtypes float32 bfloat16] [--threads 2]
 
-At batch 1 on a CPU the two differ by a few percent, less than a machine drifts between two runs one
-after the other, so each page is decoded by both in turn, the order alternating from page to page and
-from pass to pass, and the whole ``generate`` call is timed (prefill included, as a user waits for it).
-The output of the two must be identical on every page: FastMTP is lossless.
+At batch 1 on a CPU the settings differ by less than a machine drifts between two runs one after the
+other, so each batch of pages is decoded by every setting (greedy and FastMTP in each dtype) in turn,
+the order rotating from batch to batch and from pass to pass, and the whole ``generate`` call is timed
+(prefill included, as a user waits for it). The dtypes matter on a CPU because small matrix products
+cost different things there: float32 products grow with the number of rows even at 2-4 rows, so a
+verification of k + 1 tokens costs nearly k + 1 greedy steps, while bfloat16 products (AVX512-BF16)
+cost about the same for 1 to 8 rows, which is what speculative decoding needs.
+
+The output of FastMTP must equal greedy's in the same dtype on every page: FastMTP is lossless. The
+two dtypes may read a page differently; how many pages they read alike is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 
@@ -22,30 +30,98 @@ from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_eval import generate_all  # noqa: E402
+from train_eval import Run, generate_all  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def interleaved(files: Path, pages: int, passes: int, seed: int, max_new_tokens: int) -> dict:
-    """Tokens and seconds of greedy and of FastMTP over ``passes`` passes of ``pages`` held-out pages."""
-    model, processor = load_model_files(files)
+def interleaved(args) -> tuple[dict[tuple, Run], list[str]]:
+    """The runs of every (dtype, use_mtp) setting over ``--passes`` passes of ``--pages`` pages, and
+    where FastMTP's output differs from greedy's in the same dtype (see ``first_difference``)."""
+    model, processor = load_model_files(args.model)
     if not model.config.num_nextn_predict_layers:
-        raise SystemExit(f"{files}: the model has no FastMTP head")
-    images = [page.image for page in PageRecipe().held_out_pages(len(STAGES) - 1, seed, pages)]
-    totals = {use_mtp: {"tokens": 0, "seconds": 0.0} for use_mtp in (False, True)}
-    identical = 0
-    generate_all(model, processor, images[:1], 1, True, 8)  # warm-up, not counted
-    for number in range(passes):
-        for index, image in enumerate(images):
-            order = (True, False) if (index + number) % 2 == 0 else (False, True)
-            runs = {
-                use_mtp: generate_all(model, processor, [image], 1, use_mtp, max_new_tokens)
-                for use_mtp in order
-            }
-            identical += runs[True].rows == runs[False].rows
-            for use_mtp, run in runs.items():
-                totals[use_mtp]["tokens"] += run.tokens
-                totals[use_mtp]["seconds"] += run.seconds
-    return {"totals": totals, "identical": identical, "calls": passes * len(images)}
+        raise SystemExit(f"{args.model}: the model has no FastMTP head")
+    models = {name: copy.deepcopy(model).to(DTYPES[name]) for name in args.dtypes}
+    settings = [(name, use_mtp) for name in args.dtypes for use_mtp in (False, True)]
+    images = [page.image for page in PageRecipe().held_out_pages(len(STAGES) - 1, args.seed, args.pages)]
+    size = args.batch_size
+    batches = [images[i : i + size] for i in range(0, len(images), size)]
+    for name, use_mtp in settings:  # one-time costs, not counted
+        generate_all(models[name], processor, images[:1], 1, use_mtp, 8)
+    runs: dict[tuple, list[Run]] = {setting: [] for setting in settings}
+    for number in range(args.passes):
+        for index, batch in enumerate(batches):
+            turn = (index + number) % len(settings)
+            for name, use_mtp in settings[turn:] + settings[:turn]:
+                run = generate_all(models[name], processor, batch, size, use_mtp, args.max_new_tokens)
+                runs[name, use_mtp].append(run)
+    differences = []
+    for name in args.dtypes:
+        for index, (greedy, fast) in enumerate(zip(runs[name, False], runs[name, True], strict=True)):
+            number, batch = divmod(index, len(batches))
+            for row, (a, b) in enumerate(zip(greedy.rows, fast.rows, strict=True)):
+                if a != b:
+                    where = first_difference(models[name], processor, batches[batch], row, a, b)
+                    differences.append(f"{name}, pass {number + 1}, page {batch * size + row}: {where}")
+    return {setting: Run.combine(parts) for setting, parts in runs.items()}, differences
+
+
+def first_difference(model, processor, batch, row: int, greedy: list[int], fast: list[int]) -> str:
+    """Where FastMTP's tokens first leave greedy's, and how close greedy's two best logits were there.
+
+    Verification scores k + 1 tokens in one forward, greedy one at a time, so the two round differently;
+    where greedy's best two logits are within that rounding, either may win. Adaptive drafting picks
+    the widths by timing, so this can happen on one pass and not the next. In bfloat16 the rounding is
+    about 2^-8 of a value, so margins of a step or two of it are expected; a large one would be a bug."""
+    step = next(i for i, (a, b) in enumerate(zip(greedy, fast, strict=False)) if a != b)
+    inputs = processor.prepare_ocr_inputs(batch, device=model.device, dtype=model.dtype)
+    with torch.inference_mode():
+        out = model.generate(
+            **inputs, max_new_tokens=step + 1, do_sample=False, use_mtp=False,
+            output_scores=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    logits = out.scores[step][row].float()
+    top = logits.topk(2)
+    margin = float(top.values[0] - top.values[1])
+    return f"differs at token {step}: greedy's two best logits {margin:.4f} apart (of {float(top.values[0]):.2f})"
+
+
+def same_rows(a: Run, b: Run) -> str:
+    return f"{sum(x == y for x, y in zip(a.rows, b.rows, strict=True))}/{len(a.rows)}"
+
+
+def print_table(runs: dict[tuple, Run], differences: list[str], dtypes: list[str], args) -> None:
+    base = runs[dtypes[0], False]
+    print(
+        f"\nBatch {args.batch_size}, {args.pages} held-out target-format pages x {args.passes} passes, "
+        f"each batch by every setting in turn ({torch.get_num_threads()} threads):"
+    )
+    header = (
+        f"{'dtype':9s} {'decoding':8s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s} {'vs greedy':>10s} "
+        f"{'vs ' + dtypes[0] + ' greedy':>18s} {'step cost':>10s} {'committed/step':>15s}  acceptance per depth"
+    )
+    print(header)
+    for name in dtypes:
+        greedy = runs[name, False]
+        for use_mtp in (False, True):
+            run = runs[name, use_mtp]
+            rate = run.tokens / run.seconds
+            stats = run.stats or {}
+            print(
+                f"{name:9s} {'FastMTP' if use_mtp else 'greedy':8s} {run.tokens:7d} {run.seconds:8.2f} "
+                f"{rate:7.1f} {rate / (greedy.tokens / greedy.seconds):9.3f}x "
+                f"{rate / (base.tokens / base.seconds):17.3f}x "
+                f"{run.seconds_per_forward / greedy.seconds_per_forward:9.2f}x "
+                f"{stats.get('committed_per_step', 1.0):15.2f}  {stats.get('acceptance_per_depth', '')}"
+            )
+    for name in dtypes:
+        print(
+            f"{name}: FastMTP output identical to greedy on {same_rows(runs[name, True], runs[name, False])} pages"
+        )
+    for line in differences:
+        print(f"  {line}")
+    for name in dtypes[1:]:
+        print(f"{name} greedy reads like {dtypes[0]} greedy on {same_rows(runs[name, False], base)} pages")
 
 
 def main() -> None:
@@ -53,6 +129,8 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=BUNDLED, help="model files (the bundled jina-ocr-tiny)")
     parser.add_argument("--pages", type=int, default=32)
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["float32", "bfloat16"])
     parser.add_argument(
         "--seed", type=int, default=7, help="seed of the held-out pages (7, as train_eval.py)"
     )
@@ -63,17 +141,8 @@ def main() -> None:
         parser.error(f"--model {args.model}: no model files there (config.json)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = interleaved(args.model, args.pages, args.passes, args.seed, args.max_new_tokens)
-    rates = {k: v["tokens"] / v["seconds"] for k, v in result["totals"].items()}
-    print(f"\nBatch 1, {args.pages} held-out target-format pages x {args.passes} passes, in turn:")
-    print(f"{'decoding':10s} {'tokens':>8s} {'seconds':>9s} {'tok/s':>8s} {'vs greedy':>10s}")
-    for use_mtp, name in ((False, "greedy"), (True, "FastMTP")):
-        total = result["totals"][use_mtp]
-        print(
-            f"{name:10s} {total['tokens']:8d} {total['seconds']:9.2f} {rates[use_mtp]:8.1f} "
-            f"{rates[use_mtp] / rates[False]:9.3f}x"
-        )
-    print(f"identical output: {result['identical']}/{result['calls']} calls")
+    runs, differences = interleaved(args)
+    print_table(runs, differences, args.dtypes, args)
 
 
 if __name__ == "__main__":

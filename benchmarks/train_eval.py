@@ -57,12 +57,12 @@ def words_only(text: str) -> str:
 class Run:
     """Token rows (new tokens only, through EOS), seconds, forward passes of the main model (a greedy
     batch takes one per token of its longest row; FastMTP one per verification step, both plus the
-    prefill) and FastMTP stats summed over calls."""
+    prefill) and the FastMTP stats of each ``generate`` call (``model.fastmtp_stats``)."""
 
     rows: list[list[int]]
     seconds: float
     forwards: int
-    stats: dict | None
+    calls: list[dict]
 
     @property
     def tokens(self) -> int:
@@ -72,9 +72,37 @@ class Run:
     def seconds_per_forward(self) -> float:
         return self.seconds / self.forwards
 
+    @property
+    def stats(self) -> dict | None:
+        """FastMTP acceptance per depth and committed tokens per verification step over all calls."""
+        if not self.calls:
+            return None
+        depths = range(len(self.calls[0]["drafted_per_depth"]))
+        drafted = [sum(call["drafted_per_depth"][d] for call in self.calls) for d in depths]
+        accepted = [sum(call["accepted_per_depth"][d] for call in self.calls) for d in depths]
+        steps = sum(call["verification_steps"] for call in self.calls)
+        committed = sum(call["committed_tokens"] for call in self.calls)
+        return {
+            "acceptance_per_depth": [
+                round(a / d, 4) if d else 0.0 for a, d in zip(accepted, drafted, strict=True)
+            ],
+            "committed_per_step": round(committed / steps, 3) if steps else 0.0,
+            "verification_steps": steps,
+        }
+
+    @staticmethod
+    def combine(runs: list[Run]) -> Run:
+        """One run made of ``runs`` in order."""
+        return Run(
+            [row for run in runs for row in run.rows],
+            sum(run.seconds for run in runs),
+            sum(run.forwards for run in runs),
+            [call for run in runs for call in run.calls],
+        )
+
 
 def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_new_tokens: int) -> Run:
-    rows, seconds, stats, forwards = [], 0.0, [], 0
+    rows, seconds, calls, forwards = [], 0.0, [], 0
     eos = processor.tokenizer.eos_token_id
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
@@ -89,29 +117,11 @@ def generate_all(model, processor, images, batch_size: int, use_mtp: bool, max_n
         ]
         rows += new
         if use_mtp and model.fastmtp_stats:
-            stats.append(dict(model.fastmtp_stats))
+            calls.append(dict(model.fastmtp_stats))
             forwards += 1 + model.fastmtp_stats["verification_forwards"]
         else:
             forwards += max(map(len, new))
-    return Run(rows, seconds, forwards, _merge_stats(stats))
-
-
-def _merge_stats(stats: list[dict]) -> dict | None:
-    if not stats:
-        return None
-    drafted = [
-        sum(s["drafted_per_depth"][d] for s in stats) for d in range(len(stats[0]["drafted_per_depth"]))
-    ]
-    accepted = [sum(s["accepted_per_depth"][d] for s in stats) for d in range(len(drafted))]
-    steps = sum(s["verification_steps"] for s in stats)
-    committed = sum(s["committed_tokens"] for s in stats)
-    return {
-        "acceptance_per_depth": [
-            round(a / d, 4) if d else 0.0 for a, d in zip(accepted, drafted, strict=True)
-        ],
-        "committed_per_step": round(committed / steps, 3) if steps else 0.0,
-        "verification_steps": steps,
-    }
+    return Run(rows, seconds, forwards, calls)
 
 
 def transcribe(model, processor, images, args) -> tuple[list[str], Run]:
