@@ -18,6 +18,10 @@
    tokens per second against plain greedy in the same run at batch 1 (``--batch1-pages`` pages) and
    batch 8, what a whole FastMTP step (drafts, verification, bookkeeping) costs against a greedy step
    (seconds per main-model forward), and whether FastMTP's tokens equal greedy's on every page.
+6. Held-out target-format pages on which a share of the words repeat the word before them
+   (``--repeat-pages`` pages, ``repeats`` of :meth:`PageRecipe.held_out_pages`): character error rate,
+   and how many of the adjacent repeated words the transcription keeps (a decoder that never saw a word
+   repeat tends to skip the second).
 
 Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
@@ -30,8 +34,9 @@ import io
 import json
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -196,6 +201,34 @@ def fastmtp(model, processor, images, greedy: Run, args) -> dict:
     }
 
 
+REPEAT_SHARE = 0.2
+
+
+def repeats_kept(text: str, reference: str) -> tuple[int, int]:
+    """Adjacent repeated words of ``reference`` (case and punctuation aside) that ``text`` also has, and
+    how many the reference has."""
+
+    def pairs(words: str) -> Counter:
+        bare = [w.strip(",.;:").lower() for w in words_only(words).split()]
+        return Counter(a for a, b in pairwise(bare) if a == b)
+
+    wanted, found = pairs(reference), pairs(text)
+    return sum(min(n, found[w]) for w, n in wanted.items()), sum(wanted.values())
+
+
+def repeated_words(args, model, processor) -> dict:
+    """Section 6: held-out target-format pages where words repeat the word before them."""
+    pages = PageRecipe().held_out_pages(len(STAGES) - 1, args.seed, args.repeat_pages, repeats=REPEAT_SHARE)
+    references = [p.markdown for p in pages]
+    texts, _ = transcribe(model, processor, [p.image for p in pages], args)
+    kept = [repeats_kept(text, ref) for text, ref in zip(texts, references, strict=True)]
+    return {
+        "pages": len(pages),
+        "cer": round(character_error_rate(texts, references), 4),
+        "repeats_kept": f"{sum(k for k, _ in kept)}/{sum(n for _, n in kept)}",
+    }
+
+
 def stages(args, model, processor) -> dict:
     """Section 2: held-out pages of each curriculum stage."""
     recipe, result = PageRecipe(), {}
@@ -275,6 +308,11 @@ def print_table(summary: dict) -> None:
         if profile in summary:
             s = summary[profile]
             print(f"synth {profile}: CER {s['cer']:.4f}, bench pass rate {s['bench_pass_rate']:.4f}")
+    repeats = summary["repeated_words"]
+    print(
+        f"{repeats['pages']} pages with repeated words: CER {repeats['cer']:.4f}, "
+        f"adjacent repeats kept {repeats['repeats_kept']}"
+    )
     print(f"printed page through jina-ocr convert: CER {summary['printed_page']['cer']:.4f}")
     if "fastmtp" in target:
         for batch, row in target["fastmtp"].items():
@@ -299,6 +337,9 @@ def main() -> None:
     parser.add_argument("--profiles", nargs="*", default=["plain", "dense"], help="synth profiles to read")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--batch1-pages", type=int, default=10)
+    parser.add_argument(
+        "--repeat-pages", type=int, default=32, help="held-out pages with repeated words (32)"
+    )
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
@@ -309,6 +350,7 @@ def main() -> None:
     summary["stages"] = stages(args, model, processor)
     for profile in args.profiles:
         summary[profile] = synth_pages(args.out, profile, args, model, processor)
+    summary["repeated_words"] = repeated_words(args, model, processor)
     summary["printed_page"] = convert_printed_page(args.out, args.model)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print_table(summary)

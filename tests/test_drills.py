@@ -6,6 +6,7 @@ import ast
 import inspect
 import random
 import re
+from itertools import pairwise
 
 import pymupdf
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import jina_ocr.synth as synth
 import jina_ocr.train.drills as drills
-from jina_ocr.train.drills import STAGES, drill_page, drill_word
+from jina_ocr.train.drills import STAGES, drill_page, drill_word, repeat_word
 from jina_ocr.train.glyphs import printed_glyphs
 from jina_ocr.train.held_out_words import HELD_OUT_WORDS
 from jina_ocr.train.recipe import PageRecipe
@@ -180,6 +181,43 @@ def test_letter_words_are_random_letters_and_leave_older_recipes_unchanged():
     )
 
 
+def _one_letter_apart(a: str, b: str) -> bool:
+    return len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1
+
+
+def test_repeat_words_print_repeats_and_near_copies_and_leave_held_out_pages_alone():
+    recipe = PageRecipe(letter_words=0.5, repeat_words=0.3)
+    pairs = [
+        (a.rstrip(",.;:"), b.rstrip(",.;:"))
+        for i in range(1, 7)
+        for line in recipe.drill("page", f"repeats/{i}", repeats=0.3).markdown.split("\n\n")[1:]
+        for a, b in pairwise(line.split())
+    ]
+    assert sum(a == b for a, b in pairs) >= 5
+    assert sum(_one_letter_apart(a, b) for a, b in pairs) >= 5
+    assert (
+        recipe.training_page(3, 7, 2).markdown != PageRecipe(letter_words=0.5).training_page(3, 7, 2).markdown
+    )
+    # Evaluations and the bundle gate read the held-out pages: the training recipe must not move them.
+    for stage in range(len(STAGES)):
+        assert [p.markdown for p in recipe.held_out_pages(stage, 1, 3)] == [
+            p.markdown for p in RECIPE.held_out_pages(stage, 1, 3)
+        ]
+    # Asked for, held-out pages repeat held-out words exactly (no near copy can leave the list).
+    held = RECIPE.held_out_pages(2, 7, 6, repeats=0.3)
+    words = [w.strip(",.;:").lower() for p in held for w in p.markdown.split() if w != "#"]
+    assert set(words) <= set(HELD_OUT_WORDS)
+    assert sum(a == b for a, b in pairwise(words)) >= 5
+
+
+def test_a_near_copy_never_makes_a_held_out_word():
+    held = HELD_OUT_WORDS[0]
+    neighbour = ("b" if held[0] != "b" else "c") + held[1:]  # one letter from a held-out word
+    copies = {repeat_word(neighbour, random.Random(seed)).rstrip(",.;:") for seed in range(3000)}
+    assert neighbour in copies and any(_one_letter_apart(c, neighbour) for c in copies)
+    assert held not in copies
+
+
 def test_held_out_pages_print_only_held_out_words_and_never_a_training_page():
     held_out = set(HELD_OUT_WORDS)
     for stage in range(len(STAGES)):
@@ -218,6 +256,8 @@ def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
     assert "--letter-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
     assert main(["train", "sft", str(tmp_path / "run"), "--row-phase", "-0.5"]) != 0
     assert "--row-phase -0.5: give a share from 0 to 1" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--repeat-words", "1.5"]) != 0
+    assert "--repeat-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of drill words made of random letters, which only reading predicts (recipe: 0)",
     )
     sft.add_argument(
+        "--repeat-words",
+        type=float,
+        help="share of drill words that repeat the word before them, exactly or with one letter changed, "
+        "so the decoder keeps its place where text repeats (recipe: 0)",
+    )
+    sft.add_argument(
         "--row-phase",
         type=float,
         help="share of a row of visual tokens over which the early stages' lines move within it, so the "
@@ -279,7 +285,11 @@ def _sft(args: argparse.Namespace) -> Path:
                 f"({', '.join(STAGES[:-1])})"
             )
         args.advance_cer = tuple(args.advance_cer)
-    for flag, share in (("--letter-words", args.letter_words), ("--row-phase", args.row_phase)):
+    for flag, share in (
+        ("--letter-words", args.letter_words),
+        ("--row-phase", args.row_phase),
+        ("--repeat-words", args.repeat_words),
+    ):
         _check_share(share, flag)
     args.align_layers = tuple(args.align_layers)
     names = {
@@ -290,7 +300,14 @@ def _sft(args: argparse.Namespace) -> Path:
     recipe = PageRecipe(
         **{
             name: value
-            for name in ("drill_fonts", "dense_fraction", "advance_cer", "letter_words", "row_phase")
+            for name in (
+                "drill_fonts",
+                "dense_fraction",
+                "advance_cer",
+                "letter_words",
+                "row_phase",
+                "repeat_words",
+            )
             if (value := getattr(args, name)) is not None
         }
     )

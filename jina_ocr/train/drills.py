@@ -99,6 +99,28 @@ def drill_word(rng: random.Random, letters: float = 0.0) -> str:
     return word
 
 
+def repeat_word(word: str, rng: random.Random, exact: bool = False) -> str:
+    """The word drawn before, again: the same word, or (half of the time unless ``exact``) the same
+    with one letter changed, never into a held-out word; punctuated as often as a drill word.
+
+    Words drawn independently almost never repeat, so a decoder trained on them learns that the next
+    word differs from the last one; where a page does repeat a word or a near copy of it, that decoder
+    skips it."""
+    bare = word.rstrip(",.;:")
+    letters = [i for i, c in enumerate(bare) if c.isalpha()]
+    if not exact and letters and rng.random() < 0.5:
+        while True:
+            i = rng.choice(letters)
+            letter = rng.choice(string.ascii_lowercase.replace(bare[i].lower(), ""))
+            copy = bare[:i] + (letter.upper() if bare[i].isupper() else letter) + bare[i + 1 :]
+            if copy.lower() not in _HELD_OUT:
+                break
+        bare = copy
+    if rng.random() < 0.1:
+        bare += rng.choice(",.;:")
+    return bare
+
+
 def held_out_word(rng: random.Random) -> str:
     """A held-out word, capitalised and punctuated as often as a drill word is."""
     word = rng.choice(HELD_OUT_WORDS)
@@ -138,6 +160,7 @@ def drill_page(
     letters: float = 0.0,
     phase: float = 0.0,
     leading: float | None = None,
+    repeats: float = 0.0,
 ) -> DrillPage:
     """Drill ``seed`` of ``stage`` on an A5 page; the lines of a ``line`` or ``rows`` drill are
     ``line_pitch`` points apart (a whole number of rows of visual tokens, :meth:`PageRecipe.line_pitch`).
@@ -147,7 +170,10 @@ def drill_page(
     (:func:`drill_word`); ``phase`` is the share of a row over which the baselines of a ``line`` or
     ``rows`` drill are drawn around 70 % of a row (0: always there, +-2 pt, the pages of recipes that
     predate the option; 1: any height in the row). ``leading`` fixes the distance between the body
-    lines of a ``page`` drill in points (otherwise 1.15-1.5 times the type size).
+    lines of a ``page`` drill in points (otherwise 1.15-1.5 times the type size). ``repeats`` is the
+    share of words that repeat the word drawn before them (:func:`repeat_word`; exact repeats only on
+    held-out pages, which print held-out words alone); with 0 the pages are those of recipes that
+    predate the option.
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
@@ -157,8 +183,16 @@ def drill_page(
     rng = random.Random(key)
     words = random.Random(rng.random())
 
+    again = random.Random(f"{key}/repeats")
+    drawn: list[str] = []
+
     def draw() -> str:
-        return held_out_word(words) if held_out else drill_word(words, letters)
+        if drawn and repeats and again.random() < repeats:
+            word = repeat_word(drawn[-1], again, exact=held_out)
+        else:
+            word = held_out_word(words) if held_out else drill_word(words, letters)
+        drawn.append(word)
+        return word
 
     width, height = A5
     font = rng.choice(fonts)

@@ -87,6 +87,9 @@ class PageRecipe:
     of random letters: the vocabulary and nonsense words have a language a decoder can learn instead of
     reading, which held-out words do not share. ``row_phase`` is the share of a row over which the lines
     of the early stages move within their row of visual tokens (:func:`~jina_ocr.train.drills.drill_page`).
+    ``repeat_words`` is the share of training drill words that repeat the word before them, exactly or
+    with one letter changed (:func:`~jina_ocr.train.drills.repeat_word`); held-out pages have none
+    unless asked for.
     """
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
@@ -97,6 +100,7 @@ class PageRecipe:
     mode: str = PROCESSOR_MODE
     letter_words: float = 0.0
     row_phase: float = 1.0
+    repeat_words: float = 0.0
 
     @property
     def view_size(self) -> int:
@@ -157,15 +161,19 @@ class PageRecipe:
         layout = stage
         if stage and rng.random() < EARLIER_STAGES_SHARE:
             layout = rng.randrange(stage)
-        return self.drill(STAGES[layout], f"{seed}/{index}")
+        return self.drill(STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words)
 
-    def held_out_pages(self, stage: int, seed: int, count: int) -> list[DrillPage]:
-        """``count`` pages of ``stage``'s layout in held-out words, never trained on.
+    def held_out_pages(self, stage: int, seed: int, count: int, repeats: float = 0.0) -> list[DrillPage]:
+        """``count`` pages of ``stage``'s layout in held-out words, never trained on; ``repeats`` the
+        share of words that repeat the one before (0: the pages every evaluation and the bundle gate use).
 
         The first stage is judged on one-line pages (the milestone of the curriculum's first stage).
         """
         lines = 1 if stage == 0 else None
-        return [self.drill(STAGES[stage], f"{seed}/{i}", held_out=True, lines=lines) for i in range(count)]
+        return [
+            self.drill(STAGES[stage], f"{seed}/{i}", held_out=True, lines=lines, repeats=repeats)
+            for i in range(count)
+        ]
 
 
 def model_config(tokenizer, **overrides: Any):
