@@ -90,7 +90,8 @@ def same_rows(a: Run, b: Run) -> str:
     return f"{sum(x == y for x, y in zip(a.rows, b.rows, strict=True))}/{len(a.rows)}"
 
 
-def print_table(runs: dict[tuple, Run], differences: list[str], dtypes: list[str], args) -> None:
+def print_table(runs: dict[tuple, Run], differences: list[str], args) -> None:
+    dtypes = args.dtypes
     base = runs[dtypes[0], False]
     print(
         f"\nBatch {args.batch_size}, {args.pages} held-out target-format pages x {args.passes} passes, "
@@ -142,7 +143,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     runs, differences = interleaved(args)
-    print_table(runs, differences, args.dtypes, args)
+    print_table(runs, differences, args)
 
 
 if __name__ == "__main__":

@@ -184,15 +184,15 @@ def drill_page(
     words = random.Random(rng.random())
 
     again = random.Random(f"{key}/repeats")
-    drawn: list[str] = []
+    last: str | None = None  # the word drawn before
 
     def draw() -> str:
-        if drawn and repeats and again.random() < repeats:
-            word = repeat_word(drawn[-1], again, exact=held_out)
+        nonlocal last
+        if last is not None and repeats and again.random() < repeats:
+            last = repeat_word(last, again, exact=held_out)
         else:
-            word = held_out_word(words) if held_out else drill_word(words, letters)
-        drawn.append(word)
-        return word
+            last = held_out_word(words) if held_out else drill_word(words, letters)
+        return last
 
     width, height = A5
     font = rng.choice(fonts)
