@@ -468,6 +468,54 @@ def test_sigterm_stops_a_run_after_its_step_with_a_checkpoint(tmp_path):
     assert "model files" in rest
 
 
+FAILING_PAGES = """
+from types import SimpleNamespace
+from torch.utils.data import DataLoader
+from jina_ocr.train.data import TrainingPageStream
+
+class Failing(TrainingPageStream):
+    def page(self, index):
+        raise RuntimeError(f"page {index} cannot be made")
+
+stream = Failing(SimpleNamespace(image_processor=None, tokenizer=None), 0, None, 0, 16)
+for batch in DataLoader(stream, batch_size=1, num_workers=1):
+    pass
+"""
+
+
+def test_a_run_whose_page_worker_fails_exits_with_the_error(tmp_path):
+    """The worker ignores SIGTERM while pages come (the test above); once a page fails, the run's exit
+    must still be able to end it, or the process prints the error and then waits forever."""
+    script = tmp_path / "failing_pages.py"
+    script.write_text(FAILING_PAGES)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "RuntimeError: page 0 cannot be made" in result.stderr
+
+
+def test_a_run_stops_before_it_starts_when_the_synth_pages_cannot_be_made(tmp_path, monkeypatch, capsys):
+    """The last stage draws synth pages hours into a run: a missing font or pdflatex is named at once."""
+    from jina_ocr.synth import fonts, tex
+
+    empty = tmp_path / "fonts.conf"
+    empty.write_text('<?xml version="1.0"?>\n<fontconfig></fontconfig>\n')  # fontconfig with no fonts
+    monkeypatch.setenv("FONTCONFIG_FILE", str(empty))
+    fonts.face.cache_clear()  # faces found before would hide the empty configuration
+    out = tmp_path / "run"
+    assert main(["train", "sft", str(out), "--steps", "1", "--processes", "2"]) == 2
+    assert re.search(
+        r"training pages cannot be made here: font \w[\w ]+ \(\w+\) is not installed", capsys.readouterr().err
+    )
+    assert not out.exists()
+
+    monkeypatch.undo()
+    found = shutil.which
+    monkeypatch.setattr(tex.shutil, "which", lambda name: None if name == "pdflatex" else found(name))
+    PageRecipe(dense_fraction=0.0).check_synth_tools()  # plain synth pages need no TeX
+    with pytest.raises(UserError, match="pdflatex was not found"):
+        PageRecipe(dense_fraction=0.15).check_synth_tools()
+
+
 def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft_run, tmp_path, capsys):
     out = sft_run[0]
     card = tmp_path / "card.md"

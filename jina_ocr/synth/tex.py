@@ -61,7 +61,8 @@ class Box:
     depth: float
 
 
-def _pdflatex() -> str:
+def pdflatex() -> str:
+    """The pdflatex executable, or :class:`TexMissingError` saying which package brings it."""
     exe = shutil.which("pdflatex")
     if exe is None:
         raise TexMissingError(
@@ -80,7 +81,7 @@ def typeset(formulas: Sequence[tuple[str, bool]]) -> tuple[pymupdf.Document, lis
     """
     if not formulas:
         return pymupdf.open(), []
-    exe = _pdflatex()
+    exe = pdflatex()
     lines = []
     for latex, display in formulas:
         if "\n" in latex:

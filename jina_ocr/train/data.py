@@ -96,11 +96,18 @@ class TrainingPageStream(IterableDataset):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         index = self.start + worker * self.stride
-        while True:
-            page = self.page(index)
-            if page is not None:
-                yield self.example(index, page)
-            index += workers * self.stride
+        try:
+            while True:
+                page = self.page(index)
+                if page is not None:
+                    yield self.example(index, page)
+                index += workers * self.stride
+        except Exception:
+            if info is not None:
+                # The run ends on this error, and its exit ends the worker with a SIGTERM: ignored, the
+                # exit would wait for this worker forever.
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            raise
 
     def page(self, index: int):
         return self.recipe.training_page(self.seed, index, self.stage)

@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.remote_code.processing_jina_ocr import (
     MODES,
@@ -37,7 +38,9 @@ from jina_ocr.remote_code.processing_jina_ocr import (
     global_view_placement,
 )
 from jina_ocr.synth import SynthPage, generate_page, page_seed
+from jina_ocr.synth.fonts import FAMILIES, FontMissingError, face
 from jina_ocr.synth.page import PageTooSmallError
+from jina_ocr.synth.tex import TexMissingError, pdflatex
 from jina_ocr.train.drills import A5, BODY_FONTS, STAGES, DrillPage, drill_page
 from jina_ocr.train.glyphs import ViewGrid
 
@@ -138,6 +141,20 @@ class PageRecipe:
             )
         except PageTooSmallError:
             return None
+
+    def check_synth_tools(self) -> None:
+        """Raise a :class:`UserError` naming what is missing when this machine cannot make the recipe's
+        synth pages: any face of the synth catalogue (a page draws from all of them) and, when dense
+        pages are drawn, pdfLaTeX. A run checks before it starts, because the last stage draws synth
+        pages only after hours of training, and there a page that cannot be made fails in a page loader
+        worker, far from the step that would say why."""
+        try:
+            for family in FAMILIES:
+                face(family)
+            if self.dense_fraction > 0:
+                pdflatex()
+        except (FontMissingError, TexMissingError) as error:
+            raise UserError(f"the training pages cannot be made here: {error}") from None
 
     def drill(self, stage: str, seed: int | str, **kwargs: Any) -> DrillPage:
         """Drill ``seed`` of ``stage`` in the recipe's fonts and resolution."""

@@ -822,6 +822,7 @@ def train_sft(options: SFTOptions) -> Path:
     """
     if options.resume_from is not None and (Path(options.out) / CHECKPOINT).exists():
         raise UserError(f"{options.out} has a checkpoint: rerun without --resume-from to continue from it")
+    options.recipe.check_synth_tools()
     if options.processes == 1:
         return _train_process(SOLO, options)
     if options.processes < 1 or options.batch_size % options.processes:
