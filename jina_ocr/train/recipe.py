@@ -144,7 +144,7 @@ class PageRecipe:
 
     def check_synth_tools(self) -> None:
         """Raise a :class:`UserError` naming what is missing when this machine cannot make the recipe's
-        synth pages: any face of the synth catalogue (a page draws from all of them) and, when dense
+        synth pages: every face of the synth catalogue (the pages draw on all of them) and, when dense
         pages are drawn, pdfLaTeX. A run checks before it starts, because the last stage draws synth
         pages only after hours of training, and there a page that cannot be made fails in a page loader
         worker, far from the step that would say why."""
