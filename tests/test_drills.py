@@ -210,6 +210,29 @@ def test_repeat_words_print_repeats_and_near_copies_and_leave_held_out_pages_alo
     assert sum(a == b for a, b in pairwise(words)) >= 5
 
 
+def test_near_copies_set_the_share_of_repeats_that_change_a_letter():
+    def pairs(near_copies: float) -> list[tuple[str, str]]:
+        recipe = PageRecipe(letter_words=0.5, repeat_words=0.3, near_copies=near_copies)
+        return [
+            (a.rstrip(",.;:"), b.rstrip(",.;:"))
+            for i in range(1, 7)
+            for line in recipe.training_page(3, i, 2).markdown.split("\n\n")[1:]
+            for a, b in pairwise(line.split())
+        ]
+
+    exact_only, near_only = pairs(0.0), pairs(1.0)
+    assert sum(a == b for a, b in exact_only) >= 5
+    assert not any(_one_letter_apart(a, b) for a, b in exact_only)
+    assert sum(_one_letter_apart(a, b) for a, b in near_only) >= 5
+    # Only a word without letters (a number) can repeat exactly when every repeat is a near copy.
+    assert not any(a == b and any(c.isalpha() for c in a) for a, b in near_only)
+    # Pages drawn before the option existed (recorded then): the default share draws them again.
+    assert PageRecipe(letter_words=0.5, repeat_words=0.3).training_page(3, 2, 2).markdown == (
+        "pdgofota Wpu zach antenna antenna antenna mjt mjt slrknpvn ja flifairpland robust zwwq zvwq zvwq; "
+        "meth zuvg nabt polymer"
+    )
+
+
 def test_a_near_copy_never_makes_a_held_out_word():
     held = HELD_OUT_WORDS[0]
     neighbour = ("b" if held[0] != "b" else "c") + held[1:]  # one letter from a held-out word
@@ -258,6 +281,8 @@ def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
     assert "--row-phase -0.5: give a share from 0 to 1" in capsys.readouterr().err
     assert main(["train", "sft", str(tmp_path / "run"), "--repeat-words", "1.5"]) != 0
     assert "--repeat-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
+    assert main(["train", "sft", str(tmp_path / "run"), "--near-copies", "-0.1"]) != 0
+    assert "--near-copies -0.1: give a share from 0 to 1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

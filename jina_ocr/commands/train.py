@@ -136,6 +136,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "so the decoder keeps its place where text repeats (recipe: 0)",
     )
     sft.add_argument(
+        "--near-copies",
+        type=float,
+        help="share of those repeated words that change one letter rather than repeat exactly (recipe: 0.5)",
+    )
+    sft.add_argument(
         "--row-phase",
         type=float,
         help="share of a row of visual tokens over which the early stages' lines move within it, so the "
@@ -289,6 +294,7 @@ def _sft(args: argparse.Namespace) -> Path:
         ("--letter-words", args.letter_words),
         ("--row-phase", args.row_phase),
         ("--repeat-words", args.repeat_words),
+        ("--near-copies", args.near_copies),
     ):
         _check_share(share, flag)
     args.align_layers = tuple(args.align_layers)
@@ -307,6 +313,7 @@ def _sft(args: argparse.Namespace) -> Path:
                 "letter_words",
                 "row_phase",
                 "repeat_words",
+                "near_copies",
             )
             if (value := getattr(args, name)) is not None
         }

@@ -99,16 +99,17 @@ def drill_word(rng: random.Random, letters: float = 0.0) -> str:
     return word
 
 
-def repeat_word(word: str, rng: random.Random, exact: bool = False) -> str:
-    """The word drawn before, again: the same word, or (half of the time unless ``exact``) the same
-    with one letter changed, never into a held-out word; punctuated as often as a drill word.
+def repeat_word(word: str, rng: random.Random, near: float = 0.5) -> str:
+    """The word drawn before, again: the same word, or (a share ``near`` of the time) the same with one
+    letter changed, never into a held-out word; punctuated as often as a drill word.
 
     Words drawn independently almost never repeat, so a decoder trained on them learns that the next
     word differs from the last one; where a page does repeat a word or a near copy of it, that decoder
-    skips it."""
+    skips it. Near copies teach it that the next word may be a variant of the last, which it can also
+    learn too well and invent one, so their share is a recipe choice."""
     bare = word.rstrip(",.;:")
     letters = [i for i, c in enumerate(bare) if c.isalpha()]
-    if not exact and letters and rng.random() < 0.5:
+    if near and letters and rng.random() < near:
         while True:
             i = rng.choice(letters)
             letter = rng.choice(string.ascii_lowercase.replace(bare[i].lower(), ""))
@@ -161,6 +162,7 @@ def drill_page(
     phase: float = 0.0,
     leading: float | None = None,
     repeats: float = 0.0,
+    near_copies: float = 0.5,
 ) -> DrillPage:
     """Drill ``seed`` of ``stage`` on an A5 page; the lines of a ``line`` or ``rows`` drill are
     ``line_pitch`` points apart (a whole number of rows of visual tokens, :meth:`PageRecipe.line_pitch`).
@@ -171,9 +173,9 @@ def drill_page(
     ``rows`` drill are drawn around 70 % of a row (0: always there, +-2 pt, the pages of recipes that
     predate the option; 1: any height in the row). ``leading`` fixes the distance between the body
     lines of a ``page`` drill in points (otherwise 1.15-1.5 times the type size). ``repeats`` is the
-    share of words that repeat the word drawn before them (:func:`repeat_word`; exact repeats only on
-    held-out pages, which print held-out words alone); with 0 the pages are those of recipes that
-    predate the option.
+    share of words that repeat the word drawn before them, a share ``near_copies`` of those with one
+    letter changed (:func:`repeat_word`; exact repeats only on held-out pages, which print held-out
+    words alone); with 0 the pages are those of recipes that predate the option.
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: choose one of {', '.join(STAGES)}")
@@ -189,7 +191,7 @@ def drill_page(
     def draw() -> str:
         nonlocal last
         if last is not None and repeats and again.random() < repeats:
-            last = repeat_word(last, again, exact=held_out)
+            last = repeat_word(last, again, near=0.0 if held_out else near_copies)
         else:
             last = held_out_word(words) if held_out else drill_word(words, letters)
         return last

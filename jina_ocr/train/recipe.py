@@ -91,8 +91,8 @@ class PageRecipe:
     reading, which held-out words do not share. ``row_phase`` is the share of a row over which the lines
     of the early stages move within their row of visual tokens (:func:`~jina_ocr.train.drills.drill_page`).
     ``repeat_words`` is the share of training drill words that repeat the word before them, exactly or
-    with one letter changed (:func:`~jina_ocr.train.drills.repeat_word`); held-out pages have none
-    unless asked for.
+    (a share ``near_copies`` of them) with one letter changed (:func:`~jina_ocr.train.drills.repeat_word`);
+    held-out pages have none unless asked for.
     """
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
@@ -104,6 +104,7 @@ class PageRecipe:
     letter_words: float = 0.0
     row_phase: float = 1.0
     repeat_words: float = 0.0
+    near_copies: float = 0.5
 
     @property
     def view_size(self) -> int:
@@ -178,7 +179,9 @@ class PageRecipe:
         layout = stage
         if stage and rng.random() < EARLIER_STAGES_SHARE:
             layout = rng.randrange(stage)
-        return self.drill(STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words)
+        return self.drill(
+            STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words, near_copies=self.near_copies
+        )
 
     def held_out_pages(self, stage: int, seed: int, count: int, repeats: float = 0.0) -> list[DrillPage]:
         """``count`` pages of ``stage``'s layout in held-out words, never trained on; ``repeats`` the
