@@ -185,14 +185,19 @@ def _one_letter_apart(a: str, b: str) -> bool:
     return len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1
 
 
-def test_repeat_words_print_repeats_and_near_copies_and_leave_held_out_pages_alone():
-    recipe = PageRecipe(letter_words=0.5, repeat_words=0.3)
-    pairs = [
+def _adjacent_words(pages) -> list[tuple[str, str]]:
+    """Each pair of neighbouring body words of ``pages`` (the heading left out), punctuation stripped."""
+    return [
         (a.rstrip(",.;:"), b.rstrip(",.;:"))
-        for i in range(1, 7)
-        for line in recipe.drill("page", f"repeats/{i}", repeats=0.3).markdown.split("\n\n")[1:]
+        for page in pages
+        for line in page.markdown.split("\n\n")[1:]
         for a, b in pairwise(line.split())
     ]
+
+
+def test_repeat_words_print_repeats_and_near_copies_and_leave_held_out_pages_alone():
+    recipe = PageRecipe(letter_words=0.5, repeat_words=0.3)
+    pairs = _adjacent_words(recipe.drill("page", f"repeats/{i}", repeats=0.3) for i in range(1, 7))
     assert sum(a == b for a, b in pairs) >= 5
     assert sum(_one_letter_apart(a, b) for a, b in pairs) >= 5
     assert (
@@ -213,12 +218,7 @@ def test_repeat_words_print_repeats_and_near_copies_and_leave_held_out_pages_alo
 def test_near_copies_set_the_share_of_repeats_that_change_a_letter():
     def pairs(near_copies: float) -> list[tuple[str, str]]:
         recipe = PageRecipe(letter_words=0.5, repeat_words=0.3, near_copies=near_copies)
-        return [
-            (a.rstrip(",.;:"), b.rstrip(",.;:"))
-            for i in range(1, 7)
-            for line in recipe.training_page(3, i, 2).markdown.split("\n\n")[1:]
-            for a, b in pairwise(line.split())
-        ]
+        return _adjacent_words(recipe.training_page(3, i, 2) for i in range(1, 7))
 
     exact_only, near_only = pairs(0.0), pairs(1.0)
     assert sum(a == b for a, b in exact_only) >= 5

@@ -167,6 +167,7 @@ class PageRecipe:
             fonts=self.drill_fonts,
             letters=self.letter_words,
             phase=self.row_phase,
+            near_copies=self.near_copies,
             **kwargs,
         )
 
@@ -179,9 +180,7 @@ class PageRecipe:
         layout = stage
         if stage and rng.random() < EARLIER_STAGES_SHARE:
             layout = rng.randrange(stage)
-        return self.drill(
-            STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words, near_copies=self.near_copies
-        )
+        return self.drill(STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words)
 
     def held_out_pages(self, stage: int, seed: int, count: int, repeats: float = 0.0) -> list[DrillPage]:
         """``count`` pages of ``stage``'s layout in held-out words, never trained on; ``repeats`` the
