@@ -536,6 +536,19 @@ def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft
     assert load_file(str(into / "model.safetensors")).keys() == weights.keys()
 
 
+def test_the_bundle_gate_reads_pages_that_no_training_evaluation_reads():
+    """Runs are stopped and cooled down on their evaluation pages: a gate on them would favour the model
+    picked there over one that reads better elsewhere."""
+    from jina_ocr.train.bundle import GATE_SEED
+
+    recipe, last = PageRecipe(), len(STAGES) - 1
+    evaluated = {
+        p.markdown for p in recipe.held_out_pages(last, SFTOptions.eval_seed, 4 * SFTOptions.eval_pages)
+    }
+    gate = [p.markdown for p in recipe.held_out_pages(last, GATE_SEED, 64)]
+    assert len(set(gate)) == len(gate) and not evaluated.intersection(gate)
+
+
 def test_the_decay_schedule_holds_the_peak_then_falls_linearly_to_the_final_rate(tmp_path):
     """``--decay-steps``: warm-up, the peak until the last N steps, a straight line to ``min_lr_ratio``
     at ``--steps``, and the final rate after it; without it the cosine runs over the whole run."""

@@ -227,7 +227,11 @@ def _add_bundle_arguments(phases) -> None:
         "--card", type=Path, required=True, help="the model card (Markdown) to ship with them"
     )
     bundle.add_argument("--into", type=Path, help="bundle folder (default: the package's jina-ocr-tiny)")
-    bundle.add_argument("--pages", type=int, default=32, help="held-out pages of the comparison (32)")
+    bundle.add_argument(
+        "--pages",
+        type=int,
+        help="held-out pages of the comparison (200, a seed no training evaluation reads)",
+    )
     bundle.add_argument("--threads", type=int, help="torch CPU threads")
 
 
@@ -251,16 +255,17 @@ def _bundle(args: argparse.Namespace) -> int:
     import torch
 
     from jina_ocr.models import BUNDLED
-    from jina_ocr.train.bundle import NotBetterError, bundle
+    from jina_ocr.train.bundle import GATE_PAGES, NotBetterError, bundle
 
     if args.threads:
         torch.set_num_threads(args.threads)
     if not (args.model / "config.json").exists():
         raise UserError(f"{args.model}: no config.json there; give the model/ folder of an sft or mtp run")
-    _check_positive(args.pages, "--pages")
+    pages = GATE_PAGES if args.pages is None else args.pages
+    _check_positive(pages, "--pages")
     into = args.into or BUNDLED
     try:
-        result = bundle(args.model, into, args.card, args.pages)
+        result = bundle(args.model, into, args.card, pages)
     except NotBetterError as refusal:
         print(f"jina-ocr train: {refusal}", file=sys.stderr)
         return 1

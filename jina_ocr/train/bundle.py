@@ -3,9 +3,14 @@
 The bundled folder holds the model files (:mod:`jina_ocr.train.model_files`) with the weights in
 bfloat16, its model card (``README.md``) and, in its settings, the held-out character error rate that
 earned it its place. A candidate replaces the bundled model only when its CER on the same held-out pages
-(those of the later of the two models' curriculum stages, seed ``EVAL_SEED``) is at least one point
+(those of the later of the two models' curriculum stages, seed ``GATE_SEED``) is at least one point
 lower: the bundle is what ``jina-ocr convert`` uses with no ``--model``, and what an interrupted run
 resumes from (``train sft --resume-from``), so it must never get worse.
+
+The gate reads pages that no training evaluation reads. Runs are watched, stopped and cooled down on
+their evaluations' pages (seed 1, ``SFTOptions.eval_seed``), so a model picked there reads those pages
+better than others: the step-40,334 bundle read 32 of them at CER 0.010 and 200 pages of another seed at
+0.032. A gate on them would keep such a model against one that reads better everywhere else.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from jina_ocr.train.model_files import SETTINGS, WEIGHTS, load_model_files, load
 from jina_ocr.train.recipe import PageRecipe
 
 MAX_BUNDLE_BYTES = 40 * 1024 * 1024
-EVAL_SEED = 1
-EVAL_PAGES = 32
+GATE_SEED = 3
+GATE_PAGES = 200
 MIN_GAIN = 0.01
 CARD_TITLE = "jina-ocr-tiny"
 CARD_NOTICE = (
@@ -42,22 +47,22 @@ def _stage(settings: dict) -> int:
     return STAGES.index(settings.get("progress", {}).get("stage", STAGES[-1]))
 
 
-def held_out_cer(folder: Path, stage: int, pages: int = EVAL_PAGES) -> float:
-    """The model files' CER on ``pages`` held-out pages of ``stage`` (seed ``EVAL_SEED``).
+def held_out_cer(folder: Path, stage: int, pages: int = GATE_PAGES) -> float:
+    """The model files' CER on ``pages`` held-out pages of ``stage`` (seed ``GATE_SEED``).
 
     Transcriptions stop at twice the longest reference, where a page already counts at least as many
     edits as its reference has characters: the cut saves time only on pages that are wrong anyway,
     for both models alike.
     """
     model, processor = load_model_files(folder)
-    held_out = PageRecipe().held_out_pages(stage, EVAL_SEED, pages)
+    held_out = PageRecipe().held_out_pages(stage, GATE_SEED, pages)
     longest = max(len(processor.tokenizer.encode(p.markdown, add_special_tokens=False)) for p in held_out)
     images = [p.image for p in held_out]
     predictions = transcribe(model, processor, images, max_new_tokens=2 * longest + 1)
     return character_error_rate(predictions, [p.markdown for p in held_out])
 
 
-def bundle(candidate: Path, into: Path, card: Path, pages: int = EVAL_PAGES) -> dict:
+def bundle(candidate: Path, into: Path, card: Path, pages: int = GATE_PAGES) -> dict:
     """Copy ``candidate``'s model files into ``into`` (weights in bf16) with ``card`` as the model card,
     if it beats the model already there; returns the comparison. Raises :class:`NotBetterError` otherwise."""
     candidate, into = Path(candidate), Path(into)
@@ -65,7 +70,7 @@ def bundle(candidate: Path, into: Path, card: Path, pages: int = EVAL_PAGES) -> 
         raise UserError(f"--card {card}: no such file")
     settings = load_settings(candidate)
     stage = _stage(settings)
-    result = {"stage": STAGES[stage], "pages": pages}
+    result = {"stage": STAGES[stage], "pages": pages, "seed": GATE_SEED}
     if (into / SETTINGS).is_file():
         stage = max(stage, _stage(load_settings(into)))
         result["stage"] = STAGES[stage]
