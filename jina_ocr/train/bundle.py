@@ -9,8 +9,8 @@ resumes from (``train sft --resume-from``), so it must never get worse.
 
 The gate reads pages that no training evaluation reads. Runs are watched, stopped and cooled down on
 their evaluations' pages (seed 1, ``SFTOptions.eval_seed``), so a model picked there reads those pages
-better than others: the step-40,334 bundle read 32 of them at CER 0.010 and 200 pages of another seed at
-0.032. A gate on them would keep such a model against one that reads better everywhere else.
+better than others: the step-40,334 bundle read 32 of them at CER 0.010 and this gate's 200 pages at
+0.035. A gate on them would keep such a model against one that reads better everywhere else.
 """
 
 from __future__ import annotations
