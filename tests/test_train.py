@@ -536,10 +536,15 @@ def test_bundle_ships_bf16_files_with_a_card_and_only_replaces_a_worse_model(sft
     assert load_file(str(into / "model.safetensors")).keys() == weights.keys()
 
 
-def test_the_bundle_gate_reads_pages_that_no_training_evaluation_reads():
+def test_the_bundle_gate_reads_pages_that_no_training_evaluation_reads(tmp_path, capsys):
     """Runs are stopped and cooled down on their evaluation pages: a gate on them would favour the model
     picked there over one that reads better elsewhere."""
     from jina_ocr.train.bundle import GATE_SEED
+
+    out = tmp_path / "run"
+    assert main(["train", "sft", str(out), "--steps", "1", "--eval-seed", str(GATE_SEED)]) == 2
+    assert f"--eval-seed {GATE_SEED} draws the pages of the bundle gate" in capsys.readouterr().err
+    assert not out.exists()
 
     recipe, last = PageRecipe(), len(STAGES) - 1
     evaluated = {
