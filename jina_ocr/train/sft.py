@@ -43,6 +43,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from jina_ocr.errors import UserError
+from jina_ocr.train.bundle import GATE_SEED
 from jina_ocr.train.data import Collator, TrainingPageStream, batch_grid, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
@@ -819,7 +820,13 @@ def train_sft(options: SFTOptions) -> Path:
 
     With ``processes`` above one the run is data-parallel over that many CPU processes
     (:mod:`jina_ocr.train.parallel`), each with ``threads`` threads and its share of every batch.
+    A run never evaluates on the bundle gate's pages: it is stopped and picked by its evaluations.
     """
+    if options.eval_seed == GATE_SEED:
+        raise UserError(
+            f"--eval-seed {GATE_SEED} draws the pages of the bundle gate, which a run must not be picked on; "
+            "choose another seed"
+        )
     if options.resume_from is not None and (Path(options.out) / CHECKPOINT).exists():
         raise UserError(f"{options.out} has a checkpoint: rerun without --resume-from to continue from it")
     options.recipe.check_synth_tools()
