@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from jina_ocr.documents import (
     Document,
     DocumentError,
     PagesArgument,
+    is_blank,
     open_document,
 )
 from jina_ocr.errors import UserError
@@ -97,6 +98,12 @@ class PageResult:
         }
 
 
+def blank_generation() -> Generation:
+    """What a page without ink (:func:`~jina_ocr.documents.is_blank`) converts to: empty Markdown,
+    no tokens, no time, the model not run."""
+    return Generation(markdown="", tokens=0, prompt_tokens=0, seconds=0.0, fastmtp=None)
+
+
 def document_record(source: str, results: Sequence[PageResult]) -> dict:
     """One document's JSON object: ``convert --format json``, ``POST /v1/documents`` and ``GET /{url}``."""
     return {"source": source, "pages": [result.to_dict() for result in results]}
@@ -108,12 +115,14 @@ def html_comment(text: str) -> str:
 
 
 def document_markdown(results: Sequence[PageResult]) -> str:
-    """Pages as Markdown: each converted page after its :data:`PAGE_MARKER` line, each failed page as
-    ``<!-- page N: not converted: REASON -->`` (the output of ``convert`` and of ``GET /{url}``)."""
+    """Pages as Markdown: each converted page after its :data:`PAGE_MARKER` line (an empty page is the
+    line alone), each failed page as ``<!-- page N: not converted: REASON -->`` (the output of
+    ``convert`` and of ``GET /{url}``)."""
     parts = []
     for result in results:
         if result.ok:
-            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n\n{result.markdown.strip()}\n")
+            body = result.markdown.strip()
+            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n" + (f"\n{body}\n" if body else ""))
         else:
             parts.append(html_comment(f"page {result.page}: not converted: {result.error}") + "\n")
     return "\n".join(parts)
@@ -127,6 +136,17 @@ class RenderedPage:
     image: Image.Image | None
     seconds: float
     error: DocumentError | None = None
+    inked: bool = field(init=False)
+    """Whether the model has something to read here: the page rendered and is not blank."""
+
+    def __post_init__(self):
+        self.inked = self.error is None and not is_blank(self.image)
+
+    def unread_result(self, source: str) -> PageResult:
+        """The result of a page the model does not see: its render error, or a blank page's."""
+        if self.error is not None:
+            return PageResult(source, self.number, seconds=self.seconds, error=self.error.reason)
+        return PageResult.converted(source, self.number, blank_generation(), self.seconds)
 
 
 def open_selection(source, pages: PagesArgument, **options) -> tuple[Document, list[int]]:
@@ -317,10 +337,10 @@ class Converter:
     moves while a batch decodes rather than only when it ends."""
 
     def __post_init__(self):
-        for field in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
-            value = getattr(self, field)
+        for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{field} must be a positive whole number, not {value!r}")
+                raise UserError(f"{name} must be a positive whole number, not {value!r}")
 
     @classmethod
     def from_pretrained(
@@ -395,14 +415,10 @@ class Converter:
             yield from self._convert_rendered(document.source, batch)
 
     def _convert_rendered(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
-        """Results of one batch in page order; pages that failed to render keep their error."""
-        converted = iter(self._convert_batch(source, [page for page in batch if page.error is None]))
-        return [
-            next(converted)
-            if page.error is None
-            else PageResult(source, page.number, seconds=page.seconds, error=page.error.reason)
-            for page in batch
-        ]
+        """Results of one batch in page order; pages that failed to render keep their error, and blank
+        pages convert to empty Markdown without the model (:func:`blank_generation`)."""
+        converted = iter(self._convert_batch(source, [page for page in batch if page.inked]))
+        return [next(converted) if page.inked else page.unread_result(source) for page in batch]
 
     def _convert_batch(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
         """Generate a batch (a failed batch is retried page by page by the driver's ``run_batch``)."""

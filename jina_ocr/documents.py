@@ -442,6 +442,24 @@ def _open_image(source, label: str, dpi: int, max_pixels: int) -> ImageDocument:
     return ImageDocument(image, label, dpi, max_pixels)
 
 
+BLANK_TOLERANCE = 4
+"""The widest spread of pixel values (0-255, per channel) a page may have and still count as one
+without ink: room for rounding in a compressed image, far below any mark a reader could see."""
+
+
+def is_blank(image: Image.Image) -> bool:
+    """Whether a page image holds no ink: every channel keeps within :data:`BLANK_TOLERANCE` of one value.
+
+    Such a page has nothing to read, and a model asked to read it writes whatever its training made
+    likely (jina-ocr-tiny, which never saw an empty page, writes ``a``). The document paths (``convert``,
+    ``serve``'s documents, ``--endpoint``) give it empty Markdown without running the model. A scan of
+    a blank sheet has noise and paper texture wider than the tolerance, so it is read as any page.
+    """
+    extrema = image.getextrema()
+    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
+    return all(high - low <= BLANK_TOLERANCE for low, high in bands)
+
+
 def find_documents(folder: str | os.PathLike) -> list[Path]:
     """The documents directly inside ``folder`` (by file name ending), sorted by name."""
     return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)

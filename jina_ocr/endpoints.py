@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 import httpx
 from PIL import Image
 
-from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, open_selection
+from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, blank_generation, open_selection
 from jina_ocr.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
     Document,
     DocumentError,
     PagesArgument,
+    is_blank,
     open_document,
 )
 from jina_ocr.errors import UserError
@@ -533,6 +534,8 @@ class EndpointConverter:
         except DocumentError as error:
             return PageResult(label, number, seconds=time.perf_counter() - start, error=error.reason)
         render_seconds = time.perf_counter() - start
+        if png is None:
+            return PageResult.converted(label, number, blank_generation(), render_seconds)
         try:
             answer = self.pool.complete(png, self.prompt, self.max_new_tokens)
         except RuntimeError as error:
@@ -546,8 +549,10 @@ class EndpointConverter:
         )
 
 
-def _render_png(document: Document, number: int) -> bytes:
-    return png_bytes(document.render(number))
+def _render_png(document: Document, number: int) -> bytes | None:
+    """The page as PNG for a request, or None for a blank page, which is not sent (see ``is_blank``)."""
+    image = document.render(number)
+    return None if is_blank(image) else png_bytes(image)
 
 
 def closing_stream(converter: EndpointConverter, results: Iterator[PageResult]) -> Iterator[PageResult]:

@@ -64,10 +64,11 @@ from jina_ocr.conversion import (
     Converter,
     Generation,
     PageResult,
+    blank_generation,
     document_markdown,
     document_record,
 )
-from jina_ocr.documents import Document, DocumentError, PixelLimitError, open_document
+from jina_ocr.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
 from jina_ocr.errors import UserError
 from jina_ocr.fetch import (
     BodyTooLarge,
@@ -349,7 +350,9 @@ class OCRService:
         raises :class:`ClientGone` (its pages cancelled) when the client of ``request`` hangs up."""
         results = []
         pages = [_Page(document, n) for n in numbers]
-        async with aclosing(self.run_pages(request, pages, prompt, max_new_tokens)) as outcomes:
+        async with aclosing(
+            self.run_pages(request, pages, prompt, max_new_tokens, blank_pages_empty=True)
+        ) as outcomes:
             async for page, outcome in outcomes:
                 if isinstance(outcome, Generation):
                     results.append(
@@ -395,14 +398,22 @@ class OCRService:
                 continue
 
     async def run_pages(
-        self, request: Request, pages: list[_Page], prompt: str | None, max_new_tokens: int
+        self,
+        request: Request,
+        pages: list[_Page],
+        prompt: str | None,
+        max_new_tokens: int,
+        blank_pages_empty: bool = False,
     ) -> AsyncIterator[tuple[_Page, Generation | Exception]]:
         """Render and convert pages in order, keeping at most ``batch_size`` of this request in flight.
 
         Raises :class:`ClientGone` when the client hangs up; however this ends (answered, failed,
-        client gone), the pages still queued or running are cancelled.
+        client gone), the pages still queued or running are cancelled. With ``blank_pages_empty`` (the
+        document endpoints, as ``jina-ocr convert``) a page without ink is answered by
+        :func:`blank_generation` without the model; chat completions run the model on every image they
+        are sent, as the model's own API.
         """
-        window: deque[tuple[_Page, _Job | Exception]] = deque()
+        window: deque[tuple[_Page, _Job | Generation | Exception]] = deque()
 
         async def oldest() -> tuple[_Page, Generation | Exception]:
             outcome = await _settle(request, *window[0])  # still in the window, cancelled if this ends
@@ -421,7 +432,10 @@ class OCRService:
                     continue
                 finally:
                     page.render_seconds = time.perf_counter() - start
-                window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
+                if blank_pages_empty and is_blank(image):
+                    window.append((page, blank_generation()))
+                else:
+                    window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
                 del image
             while window:
                 yield await oldest()
@@ -432,10 +446,10 @@ class OCRService:
 
 
 async def _settle(
-    request: Request, page: _Page, pending: _Job | Exception
+    request: Request, page: _Page, pending: _Job | Generation | Exception
 ) -> tuple[_Page, Generation | Exception]:
     """The page's outcome once its job is done, checking meanwhile that the client is still there."""
-    if isinstance(pending, Exception):
+    if not isinstance(pending, _Job):
         return page, pending
     waiter = asyncio.wrap_future(pending.future)
     while not (await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_SECONDS))[0]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pymupdf
 import pytest
 from PIL import Image
-from test_documents import handwritten_pdf, pdf_with_pages
+from test_documents import handwritten_pdf, pdf_with_a_blank_second_page, pdf_with_pages
 
 import jina_ocr
 from jina_ocr import conversion
@@ -52,6 +52,16 @@ def test_pages_stream_out_as_each_batch_finishes(converter, monkeypatch):
         assert result.ok and result.source == "three.pdf"
         assert isinstance(result.markdown, str) and 0 <= result.tokens <= 3 and result.seconds > 0
     assert set(results[0].to_dict()) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
+
+
+def test_a_blank_page_converts_to_empty_markdown_without_the_model(converter, monkeypatch):
+    local = converter.with_options(batch_size=3)
+    calls = count_generate_calls(local, monkeypatch)
+    results = list(jina_ocr.convert(pdf_with_a_blank_second_page(), model=local, name="gap.pdf"))
+    assert calls == [2]  # pages 1 and 3 only
+    assert [(r.page, r.error) for r in results] == [(1, None), (2, None), (3, None)]
+    assert (results[1].markdown, results[1].tokens, results[1].fastmtp) == ("", 0, None)
+    assert "\n\n<!-- page 2 -->\n\n<!-- page 3 -->\n\n" in conversion.document_markdown(results)
 
 
 def test_a_batch_gives_what_each_page_gives_alone(converter, fixtures_dir):

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from jina_ocr.documents import (
+    BLANK_TOLERANCE,
     CorruptDocumentError,
     DocumentError,
     EmptyDocumentError,
@@ -25,6 +26,7 @@ from jina_ocr.documents import (
     UnknownFormatError,
     ZeroSizePageError,
     find_documents,
+    is_blank,
     open_document,
     select_pages,
 )
@@ -37,6 +39,16 @@ def pdf_with_pages(count: int, size=(612, 792)) -> bytes:
     for number in range(1, count + 1):
         page = document.new_page(width=size[0], height=size[1])
         page.insert_text((72, 72), f"Page {number}", fontsize=24)
+    return document.tobytes()
+
+
+def pdf_with_a_blank_second_page() -> bytes:
+    """Three pages, the middle one left empty, as the back of a printed sheet often is."""
+    document = pymupdf.open()
+    for number in (1, 2, 3):
+        page = document.new_page(width=300, height=200)
+        if number != 2:
+            page.insert_text((30, 60), f"Page {number}", fontsize=24)
     return document.tobytes()
 
 
@@ -154,6 +166,18 @@ def test_real_pdf_page_has_ink(fixtures_dir):
     with open_document(fixtures_dir / "olmocr" / "earnings.pdf") as document:
         pixels = np.asarray(document.render(1).convert("L"))
     assert pixels.min() < 64 and np.median(pixels) > 200  # dark text on white paper
+
+
+def test_a_page_is_blank_only_when_every_channel_keeps_within_the_tolerance():
+    white = Image.new("RGB", (300, 200), "white")
+    assert is_blank(white) and is_blank(Image.new("RGB", (1, 1), "black"))
+    assert is_blank(Image.new("L", (20, 20), 128))
+    faint, mark = white.copy(), white.copy()
+    faint.putpixel((150, 100), (255 - BLANK_TOLERANCE,) * 3)
+    mark.putpixel((150, 100), (255, 255, 254 - BLANK_TOLERANCE))  # one pixel, in the last channel only
+    assert is_blank(faint) and not is_blank(mark)
+    with open_document(pdf_with_a_blank_second_page()) as document:
+        assert [is_blank(document.render(number)) for number in (1, 2, 3)] == [False, True, False]
 
 
 def test_pdf_from_bytes_renders_the_requested_page():

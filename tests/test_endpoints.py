@@ -25,6 +25,7 @@ import pymupdf
 import pytest
 from PIL import Image
 from stub_endpoint import ANSWER, OK, Step, StubEndpoint, running
+from test_documents import pdf_with_a_blank_second_page
 
 import jina_ocr
 from jina_ocr import endpoints
@@ -250,6 +251,16 @@ def test_server_options_are_refused_by_name(cli, noise_png):
         jina_ocr.convert(noise_png, endpoint=url, batch_size=2, mode="tiny")
     with pytest.raises(UserError, match="concurrency: only with endpoint="):
         jina_ocr.convert(noise_png, concurrency=2)
+
+
+def test_a_blank_page_is_not_sent(tmp_path):
+    path = tmp_path / "gap.pdf"
+    path.write_bytes(pdf_with_a_blank_second_page())
+    stub = StubEndpoint()
+    with running(stub) as url, EndpointConverter(url) as converter:
+        results = list(converter.convert(path))
+    assert [(r.page, r.markdown, r.tokens) for r in results] == [(1, ANSWER, 3), (2, "", 0), (3, ANSWER, 3)]
+    assert len(stub.chats) == 2
 
 
 def test_python_api_converts_through_an_endpoint(noise_png):

@@ -19,7 +19,7 @@ import pymupdf
 import pytest
 from loopback import serve_in_thread
 from PIL import Image
-from test_documents import pdf_with_pages, png_header_only
+from test_documents import pdf_with_a_blank_second_page, pdf_with_pages, png_header_only
 
 from jina_ocr.conversion import Converter
 from jina_ocr.server import Limits, create_app
@@ -144,6 +144,27 @@ def test_pdf_upload_returns_markdown_per_selected_page(server, fixtures_dir):
         f"{server}/v1/documents", files={"file": ("scan.tif", scan)}, data={"max_tokens": "1"}, timeout=120
     )
     assert reply.status_code == 200 and [p["page"] for p in reply.json()["pages"]] == [1]
+
+
+def test_blank_document_pages_are_empty_while_chat_images_still_go_to_the_model(server, client):
+    reply = httpx.post(
+        f"{server}/v1/documents",
+        files={"file": ("gap.pdf", pdf_with_a_blank_second_page(), "application/pdf")},
+        data={"max_tokens": "2"},
+        timeout=120,
+    )
+    assert reply.status_code == 200, reply.text
+    pages = reply.json()["pages"]
+    assert [(p["page"], p["error"]) for p in pages] == [(1, None), (2, None), (3, None)]
+    assert (pages[1]["markdown"], pages[1]["tokens"], pages[1]["fastmtp"]) == ("", 0, None)
+    assert isinstance(pages[0]["fastmtp"], dict) and isinstance(
+        pages[2]["fastmtp"], dict
+    )  # read by the model
+    blank = data_url(png(Image.new("RGB", (300, 200), "white")))
+    answer = client.chat.completions.create(
+        model="jina-ocr-tiny", messages=image_message(blank), max_tokens=2
+    )
+    assert answer.usage.prompt_tokens > 0
 
 
 def assert_refused(response: httpx.Response, status: int, words: str) -> None:
