@@ -94,15 +94,14 @@ def build_inputs(folder: Path) -> dict[str, tuple[Path, str, tuple, tuple, int]]
     palette.putpalette([10, 20, 30, 200, 100, 50])
     add("palette.png", encoded(palette, "PNG", transparency=0), "lr", WHITE, (200, 100, 50))
     # Pillow writes CMYK JPEGs as Adobe does: inverted values and an APP14 marker saying so.
-    red_ink = (0, 255, 255, 0)
-    adobe = encoded(Image.new("CMYK", (WIDTH, HEIGHT), red_ink), "JPEG", quality=100)
+    red_ink, blue_ink = (0, 255, 255, 0), (255, 255, 0, 0)
+    adobe = encoded(halves(red_ink, blue_ink, "CMYK"), "JPEG", quality=100)
     assert b"Adobe" in adobe
-    red = cmyk_to_rgb(red_ink[0], red_ink[1:])
-    add("cmyk-adobe.jpg", adobe, "lr", red, red, JPEG_TOLERANCE)
-    stored_as_is = encoded(
-        Image.new("CMYK", (WIDTH, HEIGHT), tuple(255 - v for v in red_ink)), "JPEG", quality=100
-    )
-    add("cmyk.jpg", without_app14(stored_as_is), "lr", red, red, JPEG_TOLERANCE)
+    red, blue = (cmyk_to_rgb(ink[0], ink[1:]) for ink in (red_ink, blue_ink))
+    add("cmyk-adobe.jpg", adobe, "lr", red, blue, JPEG_TOLERANCE)
+    inverted = (tuple(255 - v for v in ink) for ink in (red_ink, blue_ink))
+    stored_as_is = encoded(halves(*inverted, "CMYK"), "JPEG", quality=100)
+    add("cmyk.jpg", without_app14(stored_as_is), "lr", red, blue, JPEG_TOLERANCE)
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 degrees clockwise to display": the stored left half ends on top
     stored = halves(BLACK, WHITE, "RGB")
