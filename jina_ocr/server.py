@@ -432,7 +432,7 @@ class OCRService:
                     continue
                 finally:
                     page.render_seconds = time.perf_counter() - start
-                if blank_pages_empty and is_blank(image):
+                if blank_pages_empty and await run_in_threadpool(is_blank, image):
                     window.append((page, blank_generation()))
                 else:
                     window.append((page, self.queue.submit(image, prompt, max_new_tokens)))
