@@ -22,6 +22,9 @@
    (``--repeat-pages`` pages, ``repeats`` of :meth:`PageRecipe.held_out_pages`): character error rate,
    and how many of the adjacent repeated words the transcription keeps (a decoder that never saw a word
    repeat tends to skip the second).
+7. The first ``--dpi-pages`` held-out target-format pages rendered at each of ``--dpis`` (the same words at
+   the same places in points): character error rate per resolution. A model trained on pages of one
+   resolution (``DEFAULT_DPI``, ``jina-ocr convert``'s default) meets users' pages at their ``--dpi``.
 
 Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
@@ -229,6 +232,20 @@ def repeated_words(args, model, processor) -> dict:
     }
 
 
+def resolutions(args, model, processor) -> dict:
+    """Section 7: the same held-out target-format pages rendered at each of ``--dpis``."""
+    result = {}
+    for dpi in args.dpis:
+        pages = PageRecipe(dpi=dpi).held_out_pages(len(STAGES) - 1, args.seed, args.dpi_pages)
+        texts, _ = transcribe(model, processor, [p.image for p in pages], args)
+        result[str(dpi)] = {
+            "pages": len(pages),
+            "pixels": list(pages[0].image.size),
+            "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
+        }
+    return result
+
+
 def stages(args, model, processor) -> dict:
     """Section 2: held-out pages of each curriculum stage."""
     recipe, result = PageRecipe(), {}
@@ -314,6 +331,10 @@ def print_table(summary: dict) -> None:
         f"adjacent repeats kept {repeats['repeats_kept']}"
     )
     print(f"printed page through jina-ocr convert: CER {summary['printed_page']['cer']:.4f}")
+    print(
+        "the first target-format pages by render resolution: "
+        + ", ".join(f"{dpi} dpi {row['cer']:.4f}" for dpi, row in summary["resolutions"].items())
+    )
     if "fastmtp" in target:
         for batch, row in target["fastmtp"].items():
             print(
@@ -340,6 +361,16 @@ def main() -> None:
     parser.add_argument(
         "--repeat-pages", type=int, default=32, help="held-out pages with repeated words (32)"
     )
+    parser.add_argument(
+        "--dpi-pages", type=int, default=16, help="target-format pages read at each of --dpis (16)"
+    )
+    parser.add_argument(
+        "--dpis",
+        type=int,
+        nargs="+",
+        default=[96, 120, DEFAULT_DPI, 192],
+        help=f"render resolutions of section 7 (96 120 {DEFAULT_DPI} 192)",
+    )
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
@@ -352,6 +383,7 @@ def main() -> None:
         summary[profile] = synth_pages(args.out, profile, args, model, processor)
     summary["repeated_words"] = repeated_words(args, model, processor)
     summary["printed_page"] = convert_printed_page(args.out, args.model)
+    summary["resolutions"] = resolutions(args, model, processor)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print_table(summary)
 
