@@ -1,4 +1,4 @@
-"""The one place that knows how Transformers releases differ, for the supported range 5.17 - 5.24.
+"""The one place that knows how Transformers releases differ, for the supported range 5.17 - 5.25.
 
 - The cache argument of ``forward`` and the cache field of model outputs are ``past_key_values``
   up to 5.23 and ``cache`` from 5.24: forwards accept both names and outputs are built with the field
@@ -6,6 +6,8 @@
 - A static cache (``cache_implementation="static"``) keeps its token count on the device from
   5.17 on (``StaticLayer.cumulative_length``) and returns keys for all its slots; ``static_cache_length``
   is the one place that recognises one.
+- From 5.25 the assisted-decoding loop asks its candidate generator for ``num_drafting_tokens``
+  before the first step; FastMTP's generator has it on every release (``generation/fastmtp.py``).
 - Importing the remote code on a release outside the range fails (too old) or warns (newer than
   the newest release we tested) with a message that names the range.
 """
@@ -19,13 +21,13 @@ import transformers
 from packaging.version import Version
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-SUPPORTED_RANGE = ">=5.17,<5.25"
+SUPPORTED_RANGE = ">=5.17,<5.26"
 OLDEST_SUPPORTED = Version("5.17.0")
-NEWEST_TESTED = Version("5.24.99")
+NEWEST_TESTED = Version("5.25.99")
 
 
 def check_transformers_version(installed: str = transformers.__version__) -> None:
-    """Raise for a release older than 5.17 and warn for one newer than 5.24."""
+    """Raise for a release older than 5.17 and warn for one newer than 5.25."""
     version = Version(installed)
     if version < OLDEST_SUPPORTED:
         raise ImportError(

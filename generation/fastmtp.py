@@ -284,6 +284,12 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         self.unread: list[torch.Tensor] = []  # received states the head has not consumed yet, per step
         self.drafted = 0
 
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most drafts one step proposes (``K``): from 5.25 the loop sizes the cache's record of
+        past states for rollback with it before the first step."""
+        return self.length.most
+
     def get_candidates(
         self, input_ids: torch.LongTensor, model_kwargs=None, model_outputs=None, **kwargs
     ) -> tuple[torch.LongTensor, None]:

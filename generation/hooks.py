@@ -1,7 +1,7 @@
 """Every use of a private Transformers name by FastMTP, in one place, checked for the supported range.
 
 A batch-1 FastMTP call that needs the library's features (dispatch.py) runs inside its
-assisted-decoding loop (``_assisted_decoding``, which both 5.17 and 5.24 enter when
+assisted-decoding loop (``_assisted_decoding``, which every release from 5.17 to 5.25 enters when
 ``generation_config.use_mtp`` is set). That loop asks the model
 for its candidate generator through the private ``GenerationMixin._get_candidate_generator``; the
 library's own answer for ``use_mtp`` is ``MTPCandidateGenerator``, which needs one layer per depth

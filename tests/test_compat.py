@@ -11,16 +11,16 @@ from jina_ocr.remote_code.compat_jina_ocr import SUPPORTED_RANGE, check_transfor
 
 
 def test_too_old_a_release_is_refused_with_the_range_in_the_message():
-    with pytest.raises(ImportError, match=r"transformers >=5\.17,<5\.25.*5\.16\.1 is installed"):
+    with pytest.raises(ImportError, match=r"transformers >=5\.17,<5\.26.*5\.16\.1 is installed"):
         check_transformers_version("5.16.1")
 
 
 def test_a_newer_release_warns_and_the_supported_ones_are_silent():
-    with pytest.warns(UserWarning, match="tested with transformers >=5.17,<5.25; 5.30.0 is newer"):
+    with pytest.warns(UserWarning, match="tested with transformers >=5.17,<5.26; 5.30.0 is newer"):
         check_transformers_version("5.30.0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for version in ("5.17.0", "5.19.0", "5.24.0", transformers.__version__):
+        for version in ("5.17.0", "5.19.0", "5.24.0", "5.25.0", transformers.__version__):
             check_transformers_version(version)
 
 
