@@ -21,9 +21,9 @@ import transformers
 from packaging.version import Version
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-SUPPORTED_RANGE = ">=5.17,<5.26"
-OLDEST_SUPPORTED = Version("5.17.0")
-NEWEST_TESTED = Version("5.25.99")
+OLDEST_SUPPORTED = Version("5.17")
+FIRST_UNTESTED = Version("5.26")
+SUPPORTED_RANGE = f">={OLDEST_SUPPORTED},<{FIRST_UNTESTED}"
 
 
 def check_transformers_version(installed: str = transformers.__version__) -> None:
@@ -34,7 +34,7 @@ def check_transformers_version(installed: str = transformers.__version__) -> Non
             f"jina-ocr's remote code needs transformers {SUPPORTED_RANGE}; transformers {installed} is "
             f"installed. Upgrade with: pip install 'transformers{SUPPORTED_RANGE}'"
         )
-    if version > NEWEST_TESTED:
+    if version.release >= FIRST_UNTESTED.release:  # release tuples, so 5.26.0.dev0 counts as untested
         warnings.warn(
             f"jina-ocr's remote code is tested with transformers {SUPPORTED_RANGE}; {installed} is newer "
             "and may work, but if it fails install a supported release.",

@@ -18,6 +18,8 @@ def test_too_old_a_release_is_refused_with_the_range_in_the_message():
 def test_a_newer_release_warns_and_the_supported_ones_are_silent():
     with pytest.warns(UserWarning, match="tested with transformers >=5.17,<5.26; 5.30.0 is newer"):
         check_transformers_version("5.30.0")
+    with pytest.warns(UserWarning, match="5.26.0.dev0 is newer"):
+        check_transformers_version("5.26.0.dev0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for version in ("5.17.0", "5.19.0", "5.24.0", "5.25.0", transformers.__version__):
