@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,19 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 # ``jina-ocr convert`` options that keep a run fast: 512 px views and two new tokens per page.
 FAST_CONVERT = ("--mode", "tiny", "--max-new-tokens", "2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interruptible():
+    """Ctrl-C raises KeyboardInterrupt here and in the CLI processes the tests start.
+
+    A shell that starts the suite as a background job ignores SIGINT, and an ignored signal stays
+    ignored in every child, so the tests of Ctrl-C would see nothing happen. Python's own handler,
+    set here, becomes the default again in a child at exec.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session")
