@@ -1,7 +1,7 @@
 """The page loader of jina-ocr-v1: whatever holds a page in, one upright RGB PIL image out.
 
 Every way into the model reads pages here: the processor (``JinaOCRImageProcessor.load_image``), the
-OCR pipeline, and, through ``jina_ocr.documents``, ``jina-ocr convert`` and ``jina-ocr serve``. So a
+OCR pipeline, and, through ``jina_ocr.runtime.documents``, ``jina-ocr convert`` and ``jina-ocr serve``. So a
 file gives the same pixels whichever door it comes through. The rules, each applied in one place:
 
 - Orientation: the EXIF orientation tag (JPEG, TIFF, WebP, PNG) is applied, so the page is upright.

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from transformers import Pipeline
 
-from .batching_jina_ocr import BatchDriver, Page
 from .pages_jina_ocr import DEFAULT_DPI, load_pdf_page
 
 
@@ -60,10 +60,19 @@ class JinaOCRPipeline(Pipeline):
         return {"page": item, "prompt": prompt}
 
     def _forward(self, model_inputs, max_new_tokens=None, **generate_kwargs):
-        """The page through the batch driver that ``jina-ocr convert`` and ``serve`` use."""
-        driver = BatchDriver(self.model, self.processor, prompt=model_inputs["prompt"], **generate_kwargs)
-        [generation] = driver.generate([Page(model_inputs["page"], max_new_tokens)])
-        return {"generation": generation}
+        """One page: ``prepare_ocr_inputs``, greedy ``generate`` (unless the call asks otherwise)."""
+        inputs = self.processor.prepare_ocr_inputs(
+            model_inputs["page"],
+            prompt=model_inputs["prompt"],
+            device=self.model.device,
+            dtype=self.model.dtype,
+        )
+        if max_new_tokens is not None:
+            generate_kwargs["max_new_tokens"] = max_new_tokens
+        with torch.inference_mode():
+            output = self.model.generate(**inputs, **{"do_sample": False, **generate_kwargs})
+        return {"output": output, "input_ids": inputs["input_ids"]}
 
     def postprocess(self, model_outputs):
-        return [{"generated_text": model_outputs["generation"].markdown}]
+        markdown = self.processor.decode_ocr(model_outputs["output"], model_outputs["input_ids"])
+        return [{"generated_text": markdown}]

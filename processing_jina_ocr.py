@@ -33,7 +33,6 @@ from transformers import BatchFeature, PreTrainedTokenizerFast, ProcessorMixin
 from transformers.image_processing_backends import PilBackend
 from transformers.processing_utils import ImagesKwargs
 
-from .batching_jina_ocr import BatchDriver, Page
 from .configuration_jina_ocr import DEFAULTS, pixels_per_visual_token
 from .pages_jina_ocr import DEFAULT_MAX_PIXELS, load_page
 
@@ -682,38 +681,6 @@ class JinaOCRProcessor(ProcessorMixin):
                 text = self.tokenizer.decode(row, skip_special_tokens=False)
             texts.append(grounding_to_markdown(text)[0])
         return texts
-
-    def ocr(
-        self,
-        model,
-        image_or_images,
-        prompt: str | None = None,
-        *,
-        batch_size: int | None = None,
-        max_new_tokens: int | None = None,
-        return_regions: bool = False,
-        **generate_kwargs,
-    ):
-        """Pages in, Markdown out, in one call: ``prepare_ocr_inputs`` -> greedy ``generate`` -> ``decode_ocr``.
-
-        One image gives one ``str``; a list gives a list, one entry per page, processed ``batch_size``
-        pages at a time (all at once when None) to bound memory on long documents. ``max_new_tokens``
-        None leaves the budget to the model's generation config (the export writes jina-ocr-v1's).
-        The pages go through the batch driver (batching_jina_ocr.py) that ``jina-ocr convert`` and
-        ``serve`` use: a batch that fails is retried page by page, and the first page that fails alone
-        raises.
-        """
-        single = not isinstance(image_or_images, (list, tuple))
-        pages = [image_or_images] if single else list(image_or_images)
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        driver = BatchDriver(model, self, prompt=prompt, max_new_tokens=max_new_tokens, **generate_kwargs)
-        results = []
-        for outcome in driver.run([Page(page) for page in pages], batch_size):
-            if isinstance(outcome, Exception):
-                raise outcome
-            results.append((outcome.markdown, outcome.regions) if return_regions else outcome.markdown)
-        return results[0] if single else results
 
 
 _ROUND_TRIP_PROBE = "Page 1:\n  a  b\tc"

@@ -112,7 +112,7 @@ def start_server(model: Path, max_new_tokens: int, options: list[str], log: Path
 
 
 def throughput(base: str, pdf: Path, concurrency: int, max_new_tokens: int) -> dict:
-    from jina_ocr.endpoints import EndpointConverter
+    from jina_ocr.services.endpoints import EndpointConverter
 
     before = httpx.get(f"{base}/health").json()
     start = time.perf_counter()

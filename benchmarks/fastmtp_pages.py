@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
 from jina_ocr.train.drills import STAGES
-from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

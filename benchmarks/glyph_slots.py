@@ -32,10 +32,10 @@ from pathlib import Path
 import pymupdf
 import torch
 
+from jina_ocr.model_files import load_model_files
 from jina_ocr.synth.page import render
 from jina_ocr.train.drills import BODY_FONTS, STAGES
 from jina_ocr.train.glyphs import GLYPH_SLOTS
-from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, page_batch, read_checkpoint
 from jina_ocr.train.supervision import GlyphHead

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
 from jina_ocr.train.evaluate import character_error_rate, transcribe
-from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 FACTORS = (1.15, 1.3, 1.5)

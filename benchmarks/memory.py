@@ -68,8 +68,8 @@ def child(args) -> None:
     import torch
     import transformers
 
-    from jina_ocr.conversion import Converter, render_batches
-    from jina_ocr.documents import open_document
+    from jina_ocr.runtime.documents import open_document
+    from jina_ocr.services.conversion import Converter, render_batches
 
     torch.set_grad_enabled(False)
     if args.stage == "convert":

@@ -23,9 +23,9 @@ import time
 
 import torch
 
+from jina_ocr.model_files import load_model_files
 from jina_ocr.train.data import TrainingPageStream
 from jina_ocr.train.drills import STAGES
-from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.sft import (
     PROBED_HEAD,
     SFTOptions,

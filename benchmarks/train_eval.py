@@ -47,12 +47,12 @@ from PIL import Image
 
 from jina_ocr.bench.peers import tesseract_text, unavailable
 from jina_ocr.cli import main as cli
-from jina_ocr.models import BUNDLED, hub_folder
+from jina_ocr.model_files import load_model_files
+from jina_ocr.models import BUNDLED
 from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.synth import write_pages
 from jina_ocr.train.drills import STAGES, printed_page
 from jina_ocr.train.evaluate import character_error_rate
-from jina_ocr.train.model_files import load_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 
@@ -293,7 +293,7 @@ def convert_printed_page(out: Path, model_files: Path) -> dict:
     pdf.write_bytes(page.pdf_bytes)
     command = ["convert", str(pdf)]
     if model_files.resolve() != BUNDLED:
-        command += ["--model", str(hub_folder(model_files))]
+        command += ["--model", str(model_files)]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         cli(command)

@@ -21,7 +21,7 @@ Rows accept different numbers of drafts, so the caches are kept "padded consiste
   included.
 
 Stopping criteria are honoured when they decide per row from the tokens each step commits (the
-``commit_rows`` method of ``RowStops`` in batching_jina_ocr.py): the pages' own limits and
+``commit_rows`` method of ``RowStops`` in jina_ocr/runtime/batching.py): the pages' own limits and
 cancellation end rows while the others go on. Options the loop cannot honour (sampling, beams,
 custom logits processors, other stopping criteria, streamers, extra outputs, ...) are refused with
 an error that says what to do instead.

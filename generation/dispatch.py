@@ -12,7 +12,7 @@
   search, that call decodes without it; asking for both explicitly is an error.
 - The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
   decoding apply it identically.
-- Row stopping criteria (``RowStops`` of batching_jina_ocr.py) work in every loop; with FastMTP
+- Row stopping criteria (``RowStops`` of jina_ocr/runtime/batching.py) work in every loop; with FastMTP
   they are handed the call's running statistics, so a page that finishes early reports the counts
   up to its end.
 - A call that runs in the library's loop without a cache of its own, a ``cache_implementation`` or

@@ -8,10 +8,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``jina_ocr.convert`` (from :mod:`jina_ocr.conversion`) without importing PyMuPDF and Pillow for
+    """``jina_ocr.convert`` (from :mod:`jina_ocr.services.conversion`) without importing PyMuPDF and Pillow for
     every ``import jina_ocr``; the module has another name so that importing it cannot shadow the function."""
     if name == "convert":
-        from jina_ocr.conversion import convert
+        from jina_ocr.services.conversion import convert
 
         return convert
     raise AttributeError(f"module 'jina_ocr' has no attribute {name!r}")

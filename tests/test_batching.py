@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 from transformers.generation import StoppingCriteria
 
-from jina_ocr.conversion import Converter
-from jina_ocr.remote_code.batching_jina_ocr import BatchDriver, Cancelled, Generation, Page, RowStops, batches
+from jina_ocr.runtime.batching import BatchDriver, Cancelled, Generation, Page, RowStops, batches
+from jina_ocr.services.conversion import Converter
 
 
 @pytest.fixture(scope="module")

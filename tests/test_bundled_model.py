@@ -14,8 +14,9 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from jina_ocr import conversion
+from jina_ocr import loading
 from jina_ocr.cli import main
+from jina_ocr.services import conversion
 from jina_ocr.train.drills import printed_page
 from jina_ocr.train.evaluate import character_error_rate
 
@@ -28,8 +29,8 @@ def test_the_bundled_model_reads_the_printed_test_pages(tmp_path, monkeypatch, c
     """Eight fixed pages (A5, a 28 pt heading and two 20 pt lines in words no training page uses, seeds
     0-7 of :func:`printed_page`) in one PDF, converted with the bundled model: CER under 10 % over
     the eight. A random or broken model writes nothing like them (CER near 1)."""
-    monkeypatch.setenv("JINA_OCR_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
+    monkeypatch.delenv(loading.MODEL_ENV, raising=False)
+    monkeypatch.setattr(loading, "_said", set())  # a fresh process, as a user's first run is
     pages = [printed_page(seed) for seed in SEEDS]
     document = pymupdf.open()
     for page in pages:
@@ -52,9 +53,8 @@ def test_the_main_job_reads_the_sample_page(make_sample, tmp_path, monkeypatch, 
     """The README's main job, ``jina-ocr convert samples/page.pdf``, writes the page's Markdown to
     stdout after its page marker (CER under 10 %) and says on stderr that the bundled demo model read
     it."""
-    monkeypatch.setenv("JINA_OCR_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
-    monkeypatch.setattr(conversion, "_said", set())  # a fresh process, as the main job is
+    monkeypatch.delenv(loading.MODEL_ENV, raising=False)
+    monkeypatch.setattr(loading, "_said", set())  # a fresh process, as the main job is
     status = main(["convert", str(Path(make_sample.__file__).parent / "page.pdf")])
     out, err = capsys.readouterr()
     assert status == 0, err

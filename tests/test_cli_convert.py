@@ -20,9 +20,9 @@ import pymupdf
 import pytest
 from test_documents import damaged_pdf, handwritten_pdf
 
-from jina_ocr import conversion
 from jina_ocr.cli import main
 from jina_ocr.commands.convert import _TokenMeter, write_atomic
+from jina_ocr.services import conversion
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "sample.pdf"

@@ -13,10 +13,12 @@ from PIL import Image
 from test_documents import handwritten_pdf, pdf_with_a_blank_second_page, pdf_with_pages
 
 import jina_ocr
-from jina_ocr import conversion
-from jina_ocr.conversion import Converter, resolve_model
-from jina_ocr.documents import PageRangeError, PasswordError, PdfDocument, UnknownFormatError
+from jina_ocr import loading
 from jina_ocr.errors import UserError
+from jina_ocr.loading import resolve_model
+from jina_ocr.runtime.documents import PageRangeError, PasswordError, PdfDocument, UnknownFormatError
+from jina_ocr.services import conversion
+from jina_ocr.services.conversion import Converter
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +97,8 @@ def test_whole_document_errors_raise_at_the_call_before_any_page(converter):
 
 
 def test_document_errors_come_before_looking_for_a_model(monkeypatch, tmp_path):
-    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
-    monkeypatch.setattr(conversion, "BUNDLED_MODEL", tmp_path / "absent")
+    monkeypatch.delenv(loading.MODEL_ENV, raising=False)
+    monkeypatch.setattr(loading, "BUNDLED_MODEL", tmp_path / "absent")
     with pytest.raises(UnknownFormatError):
         jina_ocr.convert(b"plain text")
     with pytest.raises(UserError, match="no model given"):
@@ -136,7 +138,7 @@ def test_convert_loads_a_model_folder_once(tiny_export, fixtures_dir):
         jina_ocr.convert(fixtures_dir / "tesseract" / "phototest.tif", model=tiny_export, max_new_tokens=2)
     )
     assert [r.markdown for r in first] == [r.markdown for r in again]
-    assert conversion._load.cache_info().hits >= 1
+    assert loading._load.cache_info().hits >= 1
 
 
 def test_fastmtp_statistics_are_reported_only_with_fastmtp(converter, fixtures_dir):
@@ -149,24 +151,20 @@ def test_fastmtp_statistics_are_reported_only_with_fastmtp(converter, fixtures_d
 
 
 def test_model_resolution_order(tiny_export, tmp_path, monkeypatch):
-    import jina_ocr.models
-
     bundled = tmp_path / "bundled"
     bundled.mkdir()
     (bundled / "config.json").write_text('{"model_type": "jina_ocr"}')
-    built = []  # the bundled model's Hub folder is built from its files on first use
-    monkeypatch.setattr(jina_ocr.models, "hub_folder", lambda files: built.append(files) or tiny_export)
-    monkeypatch.setattr(conversion, "BUNDLED_MODEL", bundled)
-    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
-    assert resolve_model(None) == tiny_export and built == [bundled]
-    monkeypatch.setenv(conversion.MODEL_ENV, str(tmp_path))
+    monkeypatch.setattr(loading, "BUNDLED_MODEL", bundled)
+    monkeypatch.delenv(loading.MODEL_ENV, raising=False)
+    assert resolve_model(None) == bundled
+    monkeypatch.setenv(loading.MODEL_ENV, str(tmp_path))
     with pytest.raises(UserError, match=r"\$JINA_OCR_MODEL .*not a model folder"):
         resolve_model(None)
-    monkeypatch.setenv(conversion.MODEL_ENV, str(tiny_export))
-    assert resolve_model(None) == tiny_export and built == [bundled]  # the environment wins
+    monkeypatch.setenv(loading.MODEL_ENV, str(tiny_export))
+    assert resolve_model(None) == tiny_export  # the environment wins
     assert resolve_model(bundled) == bundled  # and an explicit folder wins over both
-    monkeypatch.setattr(conversion, "BUNDLED_MODEL", tmp_path / "absent")
-    monkeypatch.delenv(conversion.MODEL_ENV)
+    monkeypatch.setattr(loading, "BUNDLED_MODEL", tmp_path / "absent")
+    monkeypatch.delenv(loading.MODEL_ENV)
     with pytest.raises(UserError, match=r"jina-ocr export --random --preset tiny DIR.*meaningless"):
         resolve_model(None)
 
@@ -179,15 +177,12 @@ def test_options_are_validated(converter):
 
 
 def test_the_bundled_model_says_once_that_it_is_the_demo_model(tiny_export, tmp_path, monkeypatch, capsys):
-    import jina_ocr.models
-
     bundled = tmp_path / "bundled"
     bundled.mkdir()
     (bundled / "config.json").write_text("{}")
-    monkeypatch.setattr(jina_ocr.models, "hub_folder", lambda files: tiny_export)
-    monkeypatch.setattr(conversion, "BUNDLED_MODEL", bundled)
-    monkeypatch.setattr(conversion, "_said", set())
-    monkeypatch.delenv(conversion.MODEL_ENV, raising=False)
+    monkeypatch.setattr(loading, "BUNDLED_MODEL", bundled)
+    monkeypatch.setattr(loading, "_said", set())
+    monkeypatch.delenv(loading.MODEL_ENV, raising=False)
     assert resolve_model(tiny_export) == tiny_export
     assert capsys.readouterr().err == ""  # an explicit model is not the demo model
     resolve_model(None)

@@ -1,4 +1,4 @@
-"""jina_ocr.documents: real PDFs and scans in, RGB pages out, and every user-facing failure named."""
+"""jina_ocr.runtime.documents: real PDFs and scans in, RGB pages out, and every user-facing failure named."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pymupdf
 import pytest
 from PIL import Image
 
-from jina_ocr.documents import (
+from jina_ocr.errors import UserError
+from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
+from jina_ocr.runtime.documents import (
     BLANK_TOLERANCE,
     CorruptDocumentError,
     DocumentError,
@@ -30,8 +32,6 @@ from jina_ocr.documents import (
     open_document,
     select_pages,
 )
-from jina_ocr.errors import UserError
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 
 
 def pdf_with_pages(count: int, size=(612, 792)) -> bytes:

@@ -8,8 +8,8 @@ import weakref
 import pymupdf
 import pytest
 
-from jina_ocr.conversion import render_batches
-from jina_ocr.documents import PdfDocument, open_document
+from jina_ocr.runtime.documents import PdfDocument, open_document
+from jina_ocr.services.conversion import render_batches
 
 PAGES = 300
 BATCH = 4

@@ -2,7 +2,7 @@
 how failures are retried, backed off and routed, failed pages, Ctrl-C, ``--resume`` and bad options.
 
 Real HTTP on 127.0.0.1 throughout; retry delays are shortened through the injectable
-:class:`~jina_ocr.endpoints.RetryPolicy`, so no test sleeps for the default seconds.
+:class:`~jina_ocr.services.endpoints.RetryPolicy`, so no test sleeps for the default seconds.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from stub_endpoint import ANSWER, OK, Step, StubEndpoint, running
 from test_documents import pdf_with_a_blank_second_page
 
 import jina_ocr
-from jina_ocr import endpoints
 from jina_ocr.cli import main
-from jina_ocr.documents import open_document
-from jina_ocr.endpoints import EndpointConverter, RetryPolicy, retry_after_seconds
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.runtime.documents import open_document
+from jina_ocr.services import endpoints
+from jina_ocr.services.endpoints import EndpointConverter, RetryPolicy, retry_after_seconds
 
 FAST = functools.partial(RetryPolicy, first_delay=0.01, random=lambda: 1.0)
 """Backoff of 10 ms, 20 ms, 40 ms ... (the draw fixed at its top) instead of 1 s, 2 s, 4 s ..."""

@@ -22,8 +22,8 @@ import pytest
 import torch
 from loopback import wait_until_healthy
 
-from jina_ocr import endpoints
 from jina_ocr.cli import main
+from jina_ocr.services import endpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_OPTIONS = ["--batch-size", "1", "--mode", "tiny", "--max-new-tokens", "6"]

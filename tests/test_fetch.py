@@ -1,4 +1,4 @@
-"""Fetching documents by URL (:mod:`jina_ocr.fetch`) against a real HTTP server on 127.0.0.1.
+"""Fetching documents by URL (:mod:`jina_ocr.services.fetch`) against a real HTTP server on 127.0.0.1.
 
 The address policy is tested on its own and through the network backend: a host name is resolved by
 the fetch itself, every answer is checked, and the connection goes to a checked address, so a
@@ -20,8 +20,8 @@ from document_server import DocumentServer
 from PIL import Image
 from test_documents import pdf_with_pages
 
-from jina_ocr import fetch as fetching
-from jina_ocr.fetch import (
+from jina_ocr.services import fetch as fetching
+from jina_ocr.services.fetch import (
     BodyTooLarge,
     FetchPolicy,
     FetchTimeout,

@@ -24,9 +24,9 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 import jina_ocr
-from jina_ocr.conversion import Converter
 from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI, load_page, load_pdf_page
-from jina_ocr.server import create_app
+from jina_ocr.services.conversion import Converter
+from jina_ocr.services.server import create_app
 
 WIDTH, HEIGHT = 128, 96
 VIEW = 512  # the processor runs in tiny mode: every page stretched to one 512 px view

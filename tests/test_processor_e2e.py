@@ -117,8 +117,7 @@ def test_image_text_to_text_pipeline(tiny_export, loaded):
     inputs = processor.prepare_ocr_inputs(page)
     new = model.generate(**inputs, max_new_tokens=8, do_sample=False)[:, inputs["input_ids"].shape[1] :]
     assert answer["generated_text"] == processor.post_process_image_text_to_text(new)[0]
-    # the one-call convenience: pages in, Markdown out
-    assert processor.ocr(model, page, max_new_tokens=8) == processor.decode_ocr(new)
-    assert (
-        processor.ocr(model, [page, page], max_new_tokens=8, batch_size=1) == [processor.decode_ocr(new)] * 2
-    )
+    # the one-call convenience: the OCR pipeline, pages in, Markdown out
+    ocr = model.ocr_pipeline(processor)
+    assert ocr(page, max_new_tokens=8) == [{"generated_text": processor.decode_ocr(new)}]
+    assert ocr([page, page], max_new_tokens=8) == [[{"generated_text": processor.decode_ocr(new)}]] * 2

@@ -21,8 +21,8 @@ from loopback import serve_in_thread
 from PIL import Image
 from test_documents import pdf_with_a_blank_second_page, pdf_with_pages, png_header_only
 
-from jina_ocr.conversion import Converter
-from jina_ocr.server import Limits, create_app
+from jina_ocr.services.conversion import Converter
+from jina_ocr.services.server import Limits, create_app
 
 SAMPLE_PAGES = 2
 LIMITS = Limits(max_request_bytes=2 * 1024 * 1024, max_pages=3, max_pixels=4_000_000, max_queued_pages=64)

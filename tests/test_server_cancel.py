@@ -22,9 +22,9 @@ from document_server import DocumentServer
 from loopback import serve_in_thread
 from PIL import Image
 
-from jina_ocr.conversion import Converter
-from jina_ocr.fetch import FetchPolicy
-from jina_ocr.server import Limits, create_app
+from jina_ocr.services.conversion import Converter
+from jina_ocr.services.fetch import FetchPolicy
+from jina_ocr.services.server import Limits, create_app
 
 LONG = 4096
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
+from jina_ocr.model_files import load_model_files, load_settings, load_tokenizer, save_model_files
 from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
@@ -26,7 +27,6 @@ from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.graft import graft
-from jina_ocr.train.model_files import load_model_files, load_settings, load_tokenizer, save_model_files
 from jina_ocr.train.mtp import collate, depth_weights, distill, mtp_losses
 from jina_ocr.train.recipe import PageRecipe
 from jina_ocr.train.sft import SFTOptions, _Trainer, moments_by_name, starting_model, supervised_losses

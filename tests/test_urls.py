@@ -28,7 +28,7 @@ from test_endpoints_serve import free_port
 
 import jina_ocr
 from jina_ocr.commands.convert import output_names
-from jina_ocr.fetch import FetchPolicy, RefusedURL
+from jina_ocr.services.fetch import FetchPolicy, RefusedURL
 
 SERVE_OPTIONS = ["--mode", "tiny", "--max-new-tokens", "6", "--batch-size", "2", "--fetch-timeout", "1"]
 MAX_REQUEST = 1024 * 1024

@@ -1,6 +1,6 @@
 """``jina-ocr convert --endpoint``: the options of a run through OpenAI-compatible servers.
 
-The conversion itself is :class:`jina_ocr.endpoints.EndpointConverter`; this module declares the
+The conversion itself is :class:`jina_ocr.services.endpoints.EndpointConverter`; this module declares the
 options, refuses the ones that belong to the server, and prepares ``--resume``.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from jina_ocr import endpoints
 from jina_ocr.commands import _resume
 from jina_ocr.errors import UserError
+from jina_ocr.services import endpoints
 
 SERVER_OPTIONS = {
     "model": "--model",

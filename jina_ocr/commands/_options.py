@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from jina_ocr.documents import DEFAULT_DPI
 from jina_ocr.errors import UserError
-from jina_ocr.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
+from jina_ocr.runtime.documents import DEFAULT_DPI
+from jina_ocr.services.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
 
 MODES = ("tiny", "small", "base", "large", "gundam")
 
@@ -37,7 +37,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser, *, max_fetch_mb: bool) -> None:
-    """How documents named by URL are fetched (see :mod:`jina_ocr.fetch`); ``max_fetch_mb`` adds the
+    """How documents named by URL are fetched (see :mod:`jina_ocr.services.fetch`); ``max_fetch_mb`` adds the
     size option, which the server does without (its request body limit applies)."""
     group = parser.add_argument_group("documents by URL")
     group.add_argument(

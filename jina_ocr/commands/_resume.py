@@ -14,9 +14,9 @@ import json
 import re
 from pathlib import Path
 
-from jina_ocr.conversion import PAGE_MARKER
-from jina_ocr.documents import PageSelection
 from jina_ocr.errors import UserError
+from jina_ocr.runtime.documents import PageSelection
+from jina_ocr.services.conversion import PAGE_MARKER
 
 RECORD = ".jina-ocr-convert.json"
 

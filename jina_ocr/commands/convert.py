@@ -1,7 +1,7 @@
 """``jina-ocr convert``: PDFs and images to Markdown or per-page JSON.
 
 Each input becomes ``<stem>.md`` or ``<stem>.json`` in the output folder; an input may be an http(s)
-URL, fetched within limits (:mod:`jina_ocr.fetch`), whose stem is the last segment of its path.
+URL, fetched within limits (:mod:`jina_ocr.services.fetch`), whose stem is the last segment of its path.
 Inputs that would share a name are numbered (``report.md``, ``report-2.md``). Without ``-o``,
 Markdown goes to stdout as pages finish (each document preceded by ``<!-- document: PATH -->`` when
 there are several) and JSON goes to stdout as one line per document (JSON Lines). In Markdown every page
@@ -27,15 +27,8 @@ from pathlib import Path
 
 from jina_ocr.commands import _endpoint
 from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
-from jina_ocr.conversion import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_MAX_NEW_TOKENS,
-    Converter,
-    document_markdown,
-    document_record,
-    html_comment,
-)
-from jina_ocr.documents import (
+from jina_ocr.errors import UserError
+from jina_ocr.runtime.documents import (
     DEFAULT_MAX_PIXELS,
     DocumentError,
     PageSelection,
@@ -43,8 +36,15 @@ from jina_ocr.documents import (
     find_documents,
     open_document,
 )
-from jina_ocr.errors import UserError
-from jina_ocr.fetch import FetchError, fetch, looks_like_url, url_stem
+from jina_ocr.services.conversion import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_NEW_TOKENS,
+    Converter,
+    document_markdown,
+    document_record,
+    html_comment,
+)
+from jina_ocr.services.fetch import FetchError, fetch, looks_like_url, url_stem
 
 NAME = "convert"
 HELP = "Convert PDFs and images to Markdown (or per-page JSON)."
@@ -129,7 +129,7 @@ def _expand(inputs: list[str]) -> list[Path | str]:
 
 def output_names(items: list[Path | str], suffix: str) -> list[str]:
     """The output file name of each input: ``<stem><suffix>``, a URL's stem taken from the last
-    segment of its path (see :func:`jina_ocr.fetch.url_stem`). Where different inputs would share a
+    segment of its path (see :func:`jina_ocr.services.fetch.url_stem`). Where different inputs would share a
     name (compared without case, as some file systems do), the first keeps it and the others are
     numbered ``<stem>-2``, ``<stem>-3``... in input order, skipping names another input has."""
     stems = [url_stem(item) if isinstance(item, str) else item.stem for item in items]
@@ -186,7 +186,7 @@ def _check_output_folder(folder: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jina_ocr.conversion import resolve_device
+    from jina_ocr.loading import resolve_device
 
     _endpoint.check_arguments(args)
     selection = PageSelection.parse(args.pages) if args.pages is not None else None

@@ -1,4 +1,4 @@
-"""``jina-ocr serve``: the OpenAI-compatible HTTP server of :mod:`jina_ocr.server`."""
+"""``jina-ocr serve``: the OpenAI-compatible HTTP server of :mod:`jina_ocr.services.server`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
-from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, Converter, resolve_model
 from jina_ocr.errors import UserError
+from jina_ocr.loading import resolve_model
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
+from jina_ocr.services.conversion import DEFAULT_MAX_NEW_TOKENS, Converter
 
 NAME = "serve"
 HELP = "Serve a model over HTTP: OpenAI-compatible chat completions and PDF uploads."
@@ -66,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from jina_ocr.server import Limits, serve
+        from jina_ocr.services.server import Limits, serve
     except ImportError as error:
         raise UserError(
             f"jina-ocr serve needs the HTTP server packages ({error.name} is missing): "

@@ -1,6 +1,6 @@
 """Ship a trained model as the package's bundled jina-ocr-tiny, only when it reads better than the one there.
 
-The bundled folder holds the model files (:mod:`jina_ocr.train.model_files`) with the weights in
+The bundled folder holds the model files (:mod:`jina_ocr.model_files`) with the weights in
 bfloat16, its model card (``README.md``) and, in its settings, the held-out character error rate that
 earned it its place. A candidate replaces the bundled model only when its CER on the same held-out pages
 (those of the later of the two models' curriculum stages, seed ``GATE_SEED``) is at least one point
@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from jina_ocr.errors import UserError
+from jina_ocr.model_files import SETTINGS, WEIGHTS, load_model_files, load_settings, save_model_files
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
-from jina_ocr.train.model_files import SETTINGS, WEIGHTS, load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 MAX_BUNDLE_BYTES = 40 * 1024 * 1024

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rapidfuzz.distance import Levenshtein
 
+from jina_ocr.runtime.batching import BatchDriver, Page
+
 
 def character_error_rate(predictions: list[str], references: list[str]) -> float:
     """Character edits (insertions, deletions, substitutions) over reference characters, summed over pages.
@@ -23,12 +25,16 @@ def transcribe(
     model, processor, images, *, batch_size: int = 8, max_new_tokens: int = 512, **generate_kwargs
 ):
     """Greedy Markdown of each image, ``batch_size`` pages per ``generate`` call, through the batch
-    driver that conversion uses (``processor.ocr``)."""
+    driver that conversion uses; the first page that fails alone raises."""
     was_training = model.training
     model.eval()
     try:
-        return processor.ocr(
-            model, list(images), batch_size=batch_size, max_new_tokens=max_new_tokens, **generate_kwargs
-        )
+        driver = BatchDriver(model, processor, max_new_tokens=max_new_tokens, **generate_kwargs)
+        texts = []
+        for outcome in driver.run([Page(image) for image in images], batch_size):
+            if isinstance(outcome, Exception):
+                raise outcome
+            texts.append(outcome.markdown)
+        return texts
     finally:
         model.train(was_training)

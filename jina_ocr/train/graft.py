@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from jina_ocr.errors import UserError
-from jina_ocr.train.model_files import load_model_files, load_settings, save_model_files
+from jina_ocr.model_files import load_model_files, load_settings, save_model_files
 from jina_ocr.train.sft import CHECKPOINT, LOG, moments_by_name, read_checkpoint, write_checkpoint
 from jina_ocr.train.vision import VISION_MODULES
 

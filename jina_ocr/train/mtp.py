@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from jina_ocr.errors import UserError
+from jina_ocr.model_files import WEIGHTS, load_model_files, load_settings, save_model_files
 from jina_ocr.train.data import IGNORE_INDEX
 from jina_ocr.train.drills import STAGES
-from jina_ocr.train.model_files import WEIGHTS, load_model_files, load_settings, save_model_files
 from jina_ocr.train.recipe import PageRecipe
 
 DISTILLED = "distill.pt"

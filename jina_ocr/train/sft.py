@@ -2,7 +2,7 @@
 
 A run lives in one output folder (keep it outside the repository while it goes on):
 
-- ``model/``: the latest weights, config, tokenizer and settings (:mod:`jina_ocr.train.model_files`),
+- ``model/``: the latest weights, config, tokenizer and settings (:mod:`jina_ocr.model_files`),
   rewritten at every checkpoint, so an interrupted run still leaves a usable model. Its settings record
   the run's progress (step, next page index, curriculum stage) and options, so a run can go on from
   these files alone (``resume_from``) when the checkpoint is lost: with a fresh optimizer, whose first
@@ -43,13 +43,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from jina_ocr.errors import UserError
+from jina_ocr.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.bundle import GATE_SEED
 from jina_ocr.train.data import Collator, TrainingPageStream, batch_grid, prompt_ids
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.legacy_checkpoint import legacy_moments
-from jina_ocr.train.model_files import build_processor, load_model_files, load_settings, save_model_files
 from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss

@@ -1,8 +1,7 @@
 """The one batch driver: page images in, one Markdown text per page out, through ``model.generate``.
 
-``jina-ocr convert`` (``jina_ocr.conversion.Converter``), ``jina-ocr serve`` (its batching queue), the
-OCR pipeline and ``processor.ocr`` all run pages through :class:`BatchDriver`, so they share one way
-of
+``jina-ocr convert`` (``jina_ocr.services.conversion.Converter``) and ``jina-ocr serve`` (its batching
+queue) run pages through :class:`BatchDriver`, so they share one way of
 
 - grouping pages into batches (:func:`batches`: at most ``size`` pages alive at a time);
 - running a batch: ``processor.prepare_ocr_inputs``, one greedy ``generate`` (FastMTP when the
@@ -21,12 +20,12 @@ cut to its own limit reads exactly as it would generated alone with that limit.
 FastMTP at batch size 1) call it after every step with the whole ``input_ids`` and finish the rows
 it returns True for (padding them from then on). Our batched FastMTP loop (generation/batched.py),
 where rows commit different numbers of tokens per step and leave the batch when finished, calls its
-``commit_rows`` instead. A row that finished in a step is handed out at the next step (or when
-``generate`` returns): by then the step's FastMTP counts are recorded, so the counts a page reports
+``commit_rows`` instead (the row-stop protocol of generation/dispatch.py). A row that finished in a
+step is handed out at the next step (or when ``generate`` returns): by then the step's FastMTP counts are recorded, so the counts a page reports
 include its own last step.
 
-This module ships to the Hub beside the processor and the pipeline, which use it; it imports only
-torch and Transformers.
+This is installed code: it drives the model package's classes (never a copy loaded through
+``trust_remote_code``) and does not ship to the Hub.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A trained model as plain files: weights, config, tokenizer and the processor settings it was trained with.
 
 Training writes this layout (and the repository ships jina-ocr-tiny in it) instead of a Hub folder, so
-that no copy of the remote code is stored next to the weights: :mod:`jina_ocr.models` builds the Hub
-folder from these files with the current code whenever the model is used.
+that no copy of the remote code is stored next to the weights: the loader (:mod:`jina_ocr.loading`)
+builds the model from these files with the installed classes, and ``jina-ocr export`` turns them into
+a Hub folder for users of plain Transformers.
 """
 
 from __future__ import annotations
@@ -48,15 +49,19 @@ def load_tokenizer(folder: str | Path):
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 
 
-def build_processor(tokenizer, mode: str):
-    """The jina-ocr processor with ``tokenizer`` and the image processor in ``mode``."""
+def build_processor(tokenizer, mode: str, pixels_per_token: int | None = None):
+    """The jina-ocr processor with ``tokenizer`` and the image processor in ``mode`` (placeholder counts
+    for ``pixels_per_token``, the config's ``pixels_per_visual_token``; None: the default geometry)."""
     from jina_ocr.remote_code.processing_jina_ocr import JinaOCRImageProcessor, JinaOCRProcessor
 
-    return JinaOCRProcessor(image_processor=JinaOCRImageProcessor(mode=mode), tokenizer=tokenizer)
+    geometry = {} if pixels_per_token is None else {"pixels_per_token": pixels_per_token}
+    return JinaOCRProcessor(image_processor=JinaOCRImageProcessor(mode=mode, **geometry), tokenizer=tokenizer)
 
 
 def load_model_files(folder: str | Path, dtype: torch.dtype = torch.float32, weights: bool = True):
-    """(model, processor) from a folder written by :func:`save_model_files`, with this package's classes."""
+    """(model, processor) from a folder written by :func:`save_model_files`, with this package's classes
+    and the decoding defaults an export would write (FastMTP on when the model has a head, loop guard)."""
+    from jina_ocr.generation_defaults import build_generation_config
     from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
@@ -67,5 +72,7 @@ def load_model_files(folder: str | Path, dtype: torch.dtype = torch.float32, wei
         model.load_state_dict(load_file(str(folder / WEIGHTS)), strict=True)
     model = model.to(dtype).eval()
     tokenizer = load_tokenizer(folder)
-    processor = build_processor(tokenizer, load_settings(folder)["processor_mode"])
+    mode = load_settings(folder)["processor_mode"]
+    model.generation_config = build_generation_config(config, tokenizer, mode=mode)
+    processor = build_processor(tokenizer, mode, config.pixels_per_visual_token)
     return model, processor

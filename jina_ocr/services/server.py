@@ -15,7 +15,7 @@ Endpoints:
   ``jina-ocr convert --format json`` does, a page that fails carrying its ``error`` (a page over the
   pixel limit is refused with 413 before any work, as on chat).
 - ``GET /{url}`` (with ``--allow-urls``), e.g. ``GET /https://example.org/report.pdf``: the document
-  at that URL, fetched within limits (see :mod:`jina_ocr.fetch`). An optional ``X-Page`` header
+  at that URL, fetched within limits (see :mod:`jina_ocr.services.fetch`). An optional ``X-Page`` header
   selects pages (``3``, ``2-5``, ``1,4``). The answer is the Markdown of ``jina-ocr convert``
   (``text/markdown``), or with ``Accept: application/json`` the JSON of ``/v1/documents``.
 - ``GET /health`` and ``GET /v1/models``.
@@ -59,7 +59,11 @@ from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from jina_ocr.conversion import (
+from jina_ocr.errors import UserError
+from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
+from jina_ocr.runtime.batching import Cancelled, Page
+from jina_ocr.runtime.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
+from jina_ocr.services.conversion import (
     PAGE_MARKER,
     Converter,
     Generation,
@@ -68,9 +72,7 @@ from jina_ocr.conversion import (
     document_markdown,
     document_record,
 )
-from jina_ocr.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
-from jina_ocr.errors import UserError
-from jina_ocr.fetch import (
+from jina_ocr.services.fetch import (
     BodyTooLarge,
     FetchError,
     FetchPolicy,
@@ -80,8 +82,6 @@ from jina_ocr.fetch import (
     fetch,
     looks_like_url,
 )
-from jina_ocr.remote_code.batching_jina_ocr import Cancelled, Page
-from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 
 DISCONNECT_POLL_SECONDS = 0.2
 """How often a request waiting for its pages checks that its client is still connected."""

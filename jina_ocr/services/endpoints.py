@@ -1,7 +1,7 @@
 """Converting through OpenAI-compatible endpoints: vLLM replicas, ``jina-ocr serve`` processes, or any
 server that answers chat completions with images.
 
-Pages are opened and rendered here exactly as in a local run (:mod:`jina_ocr.documents`), and each
+Pages are opened and rendered here exactly as in a local run (:mod:`jina_ocr.runtime.documents`), and each
 page is sent as a lossless PNG ``data:`` image in its own chat completion by one of ``concurrency``
 worker threads. Results come back per document in page order as :class:`PageResult` objects, so the
 code that writes a local run's outputs writes these too. Memory holds a window of at most
@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 import httpx
 from PIL import Image
 
-from jina_ocr.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, blank_generation, open_selection
-from jina_ocr.documents import (
+from jina_ocr.errors import UserError
+from jina_ocr.remote_code.generation import settings
+from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
     Document,
@@ -45,8 +46,7 @@ from jina_ocr.documents import (
     is_blank,
     open_document,
 )
-from jina_ocr.errors import UserError
-from jina_ocr.remote_code.generation import settings
+from jina_ocr.services.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, blank_generation, open_selection
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_RETRIES = 5
@@ -362,7 +362,7 @@ class _Planned:
 
 
 class EndpointConverter:
-    """The endpoint counterpart of :class:`jina_ocr.conversion.Converter`: the same ``convert`` call,
+    """The endpoint counterpart of :class:`jina_ocr.services.conversion.Converter`: the same ``convert`` call,
     the same :class:`PageResult` objects (``tokens`` from the answer's usage, ``seconds`` the page's
     rendering plus the answering request, ``fastmtp`` None). Close it to stop its workers.
 

@@ -4,7 +4,7 @@
 >>> for page in jina_ocr.convert("paper.pdf", pages="1-3", model="path/to/jina-ocr-v1"):
 ...     print(page.page, page.markdown)
 
-Pages render lazily (see :mod:`jina_ocr.documents`) and go through the model in batches of up to
+Pages render lazily (see :mod:`jina_ocr.runtime.documents`) and go through the model in batches of up to
 ``batch_size``, run by the batch driver of the remote code (batching_jina_ocr.py); results stream out
 as each batch finishes, so memory holds one batch of pages at a time whatever the length of the
 document. A page that cannot be rendered or generated comes back with ``error`` set and the others
@@ -15,19 +15,19 @@ are raised when :func:`convert` is called, before any work.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from jina_ocr.documents import (
+from jina_ocr.errors import UserError
+from jina_ocr.loading import load
+from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.runtime.batching import BatchDriver, Generation, Page, batches
+from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
     Document,
@@ -36,15 +36,9 @@ from jina_ocr.documents import (
     is_blank,
     open_document,
 )
-from jina_ocr.errors import UserError
-from jina_ocr.fetch import FetchPolicy, fetch, looks_like_url
-from jina_ocr.models import BUNDLED as BUNDLED_MODEL
-from jina_ocr.remote_code.batching_jina_ocr import BatchDriver, Generation, Page, batches
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.services.fetch import FetchPolicy, fetch, looks_like_url
 
 DEFAULT_BATCH_SIZE = 4
-
-MODEL_ENV = "JINA_OCR_MODEL"
 
 PAGE_MARKER = "<!-- page {page} -->"
 """Line that starts each page in Markdown output: an HTML comment, invisible when rendered, that keeps
@@ -99,7 +93,7 @@ class PageResult:
 
 
 def blank_generation() -> Generation:
-    """What a page without ink (:func:`~jina_ocr.documents.is_blank`) converts to: empty Markdown,
+    """What a page without ink (:func:`~jina_ocr.runtime.documents.is_blank`) converts to: empty Markdown,
     no tokens, no time, the model not run."""
     return Generation(markdown="", tokens=0, prompt_tokens=0, seconds=0.0, fastmtp=None)
 
@@ -180,141 +174,6 @@ def render_batches(
     return batches(map(render, numbers), batch_size)
 
 
-BUNDLED_NOTICE = (
-    "no model given: using the bundled jina-ocr-tiny, a small demo model trained on synthetic printed "
-    "pages, not jina-ocr-v1 (pass --model or set $JINA_OCR_MODEL for a real checkpoint)"
-)
-_said: set[str] = set()
-
-
-def _say_once(message: str) -> None:
-    """Print ``message`` on stderr the first time this process asks for it."""
-    if message not in _said:
-        _said.add(message)
-        print(message, file=sys.stderr)
-
-
-def resolve_model(model: str | os.PathLike | None) -> Path:
-    """The model folder to load: ``model`` if given, else ``$JINA_OCR_MODEL``, else the bundled model.
-
-    An explicit choice wins over the environment, and the environment over the built-in default,
-    as users of environment variables expect.
-    """
-    if model is not None:
-        folder, origin = Path(model), "--model"
-    elif os.environ.get(MODEL_ENV):
-        folder, origin = Path(os.environ[MODEL_ENV]), f"${MODEL_ENV}"
-    elif (BUNDLED_MODEL / "config.json").is_file():
-        from jina_ocr.models import hub_folder
-
-        _say_once(BUNDLED_NOTICE)
-        # The bundled model ships as weights, config and tokenizer; its Hub folder is exported with
-        # the current code on first use (cached).
-        return hub_folder(BUNDLED_MODEL)
-    else:
-        raise UserError(
-            "no model given and none is bundled with this installation: pass --model DIR (or model=...) "
-            f"naming an exported jina-ocr model folder, or set {MODEL_ENV}. To try the tools without "
-            "real weights, `jina-ocr export --random --preset tiny DIR` writes a tiny random-weight "
-            "model; its output is meaningless text."
-        )
-    if not folder.exists():
-        raise UserError(f"{origin} {folder}: no such folder")
-    if not (folder / "config.json").is_file():
-        raise UserError(f"{origin} {folder}: not a model folder (no config.json in it)")
-    _check_model_type(folder, origin)
-    return folder
-
-
-def _check_model_type(folder: Path, origin: str) -> None:
-    """Refuse another model's folder here, not as a traceback from deep inside Transformers."""
-    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"{origin} {folder}: config.json cannot be read ({error})") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type != JinaOCRConfig.model_type:
-        raise UserError(
-            f"{origin} {folder}: config.json is for model type {model_type!r}, not a jina-ocr model "
-            f"({JinaOCRConfig.model_type!r}); a DeepSeek-OCR or jina-ocr-v1 checkpoint is converted with "
-            "`jina-ocr export --from`"
-        )
-
-
-def resolve_device(device: str | None):
-    """A torch device: the given one, else CUDA when available, else Apple MPS when available, else CPU."""
-    import torch
-
-    if device:
-        try:
-            chosen = torch.device(device)
-        except RuntimeError as error:
-            raise UserError(f"unknown device {device!r}: {error}") from None
-        _check_available(chosen, device)
-        return chosen
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def _check_available(device, name: str) -> None:
-    """A device this machine has: moving a model to a missing one fails deep inside torch."""
-    import torch
-
-    if device.type == "mps":
-        backend, available = torch.mps, torch.backends.mps.is_available
-    else:
-        backend = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, ...
-        available = getattr(backend, "is_available", None)
-    if available is not None and not available():
-        raise UserError(
-            f"device {name!r}: this machine has no {device.type.upper()} device (try --device cpu)"
-        )
-    count = getattr(backend, "device_count", None)
-    if device.index is not None and count is not None and device.index >= count():
-        kind = device.type.upper()
-        raise UserError(f"device {name!r}: this machine has {count()} {kind} device(s), numbered from 0")
-
-
-_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
-
-
-def resolve_dtype(dtype, device):
-    """A torch dtype: the given one, else bfloat16 on accelerators (as the weights ship) and float32 on CPU."""
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype in (None, "auto"):
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    if dtype not in _DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}: choose one of auto, {', '.join(_DTYPES)}")
-    return getattr(torch, _DTYPES[dtype])
-
-
-@functools.lru_cache(maxsize=1)
-def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
-    """Model and processor, cached so that converting file after file loads the weights once."""
-    import transformers
-
-    model = transformers.AutoModelForImageTextToText.from_pretrained(
-        str(folder), trust_remote_code=True, dtype=dtype
-    )
-    processor = transformers.AutoProcessor.from_pretrained(str(folder), trust_remote_code=True)
-    return model.to(device).eval(), processor
-
-
 @dataclass
 class Converter:
     """A loaded model and processor plus the options of a conversion; reuse one for many documents."""
@@ -346,10 +205,8 @@ class Converter:
     def from_pretrained(
         cls, model: str | os.PathLike | None = None, *, device=None, dtype=None, **options
     ) -> Converter:
-        """Load the model folder chosen by :func:`resolve_model` onto ``device`` in ``dtype``."""
-        folder = resolve_model(model).resolve()
-        device = resolve_device(device)
-        loaded_model, processor = _load(folder, device, resolve_dtype(dtype, device))
+        """Load ``model`` (see :func:`jina_ocr.loading.load`) onto ``device`` in ``dtype``."""
+        loaded_model, processor = load(model, device=device, dtype=dtype)
         return cls(loaded_model, processor, **options)
 
     def with_options(self, **options) -> Converter:
@@ -464,15 +321,15 @@ def convert(
     ``pages`` selects pages (``"1-3,7,10-"``, a list of numbers, or None for all). ``model`` is a model
     folder, a :class:`Converter` to reuse, or None for the default (see :func:`resolve_model`); a folder
     is loaded once and cached for the next call with the same folder, device and dtype. Whole-document
-    problems raise :class:`~jina_ocr.documents.DocumentError` here; page problems come back as results
+    problems raise :class:`~jina_ocr.runtime.documents.DocumentError` here; page problems come back as results
     with ``error`` set. Options left as None use the converter's values.
 
     With ``endpoint`` (one OpenAI ``base_url`` or several) pages are sent to those servers instead
-    (see :mod:`jina_ocr.endpoints`); the options that belong to the server are refused.
+    (see :mod:`jina_ocr.services.endpoints`); the options that belong to the server are refused.
 
     A URL (``scheme://...``) is fetched first, within ``fetch_policy`` (default: :class:`FetchPolicy`,
-    which refuses private addresses; see :mod:`jina_ocr.fetch`), and named by the URL unless ``name``
-    is given; a URL that cannot be fetched raises :class:`~jina_ocr.fetch.FetchError`.
+    which refuses private addresses; see :mod:`jina_ocr.services.fetch`), and named by the URL unless ``name``
+    is given; a URL that cannot be fetched raises :class:`~jina_ocr.services.fetch.FetchError`.
     """
     if looks_like_url(source):
         name = name or source
@@ -491,7 +348,7 @@ def convert(
         given = [name for name, value in server_side.items() if value is not None]
         if given:
             raise UserError(f"{', '.join(given)}: set on the server, not with endpoint=")
-        from jina_ocr import endpoints
+        from jina_ocr.services import endpoints
 
         given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
         remote = endpoints.EndpointConverter(

@@ -17,7 +17,7 @@ fetch here:
 - bounds the work: connect and read timeouts, a deadline for the whole download, at most
   ``max_redirects`` redirects, and a size limit checked against ``Content-Length`` first and then
   while the body streams in, so that an endless body is cut off at the limit;
-- accepts a body only if its first bytes are a PDF or an image (:func:`jina_ocr.documents.sniff`),
+- accepts a body only if its first bytes are a PDF or an image (:func:`jina_ocr.runtime.documents.sniff`),
   whatever its ``Content-Type`` says; an HTML page is refused as soon as its first KiB arrives.
 
 The transport is httpcore, the connection layer of httpx: httpx's own transport offers no hook for
@@ -39,8 +39,8 @@ import httpcore
 import httpx
 
 from jina_ocr import __version__
-from jina_ocr.documents import NOT_A_DOCUMENT, SNIFF_BYTES, sniff
 from jina_ocr.errors import UserError
+from jina_ocr.runtime.documents import NOT_A_DOCUMENT, SNIFF_BYTES, sniff
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 """Largest document ``convert`` fetches (the server's limit is its request body limit)."""
