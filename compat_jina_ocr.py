@@ -1,15 +1,9 @@
-"""The one place that knows how Transformers releases differ, for the supported range 5.17 - 5.25.
+"""How the supported Transformers releases (5.17 - 5.25) differ, in one place.
 
-- The cache argument of ``forward`` and the cache field of model outputs are ``past_key_values``
-  up to 5.23 and ``cache`` from 5.24: forwards accept both names and outputs are built with the field
-  name of the installed release.
-- A static cache (``cache_implementation="static"``) keeps its token count on the device from
-  5.17 on (``StaticLayer.cumulative_length``) and returns keys for all its slots; ``static_cache_length``
-  is the one place that recognises one.
-- From 5.25 the assisted-decoding loop asks its candidate generator for ``num_drafting_tokens``
-  before the first step; FastMTP's generator has it on every release (``generation/fastmtp.py``).
-- Importing the remote code on a release outside the range fails (too old) or warns (newer than
-  the newest release we tested) with a message that names the range.
+- The cache is ``past_key_values`` in forwards and model outputs up to 5.23 and ``cache`` from 5.24.
+- A static cache keeps its token count on the device from 5.17 on and returns keys for all its slots.
+- From 5.25 the assisted loop reads ``num_drafting_tokens`` before the first step (``generation/fastmtp.py``).
+- Importing on a release outside the range fails (too old) or warns (untested) naming the range.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Configuration of jina-ocr-v1: DeepSeek-OCR's DeepEncoder (SAM ViT-B + CLIP-L), its DeepSeek-V2 MoE
 decoder, and the FastMTP draft head.
 
-Every dimension is a field so that the same code builds the 3.34 B model and the tiny models of the
-tests. The defaults are the full jina-ocr-v1 model. A DeepSeek-OCR or jina-ocr-v1 ``config.json`` is
-accepted as it is: its nested ``vision_config`` / ``projector_config`` / ``language_config`` blocks are
-read into the flat fields (the decoder fields at the top level win over ``language_config``).
+Every dimension is a field (the defaults are the 3.34 B model). A DeepSeek-OCR ``config.json`` is accepted
+as it is: its nested ``vision_config`` / ``projector_config`` / ``language_config`` become flat fields.
 """
 
 from __future__ import annotations
@@ -15,96 +13,45 @@ from transformers import PretrainedConfig
 
 # Keys of the DeepSeek-OCR config.json that describe its own code or MLA variants we do not have; they
 # are consumed here (checked where they matter) so they are not saved back as meaningless attributes.
-_DEEPSEEK_ONLY_KEYS = (
-    "candidate_resolutions",
-    "global_view_pos",
-    "tile_tag",
-    "lm_head",
-    "rm_head",
-    "kv_lora_rank",
-    "q_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
-    "n_group",
-    "topk_group",
+_DEEPSEEK_ONLY_KEYS = tuple(
+    "candidate_resolutions global_view_pos tile_tag lm_head rm_head kv_lora_rank q_lora_rank "
+    "qk_nope_head_dim qk_rope_head_dim v_head_dim n_group topk_group".split()
 )
 
 MTP_HIDDEN_CHOICES = ("post_norm", "pre_norm")
 # What the FastMTP head shares with the decoder; each must be true (the code has no separate copies).
 _MTP_SHARED = ("mtp_share_embedding_weights", "mtp_share_lm_head", "mtp_share_norm")
 
-# Every field and its default (the full jina-ocr-v1 model); see JinaOCRConfig's docstring.
+# Every field and its default (the full jina-ocr-v1 model).
 DEFAULTS: dict[str, Any] = {
     # SAM ViT-B
-    "sam_image_size": 1024,
-    "sam_patch_size": 16,
-    "sam_hidden_size": 768,
-    "sam_num_layers": 12,
-    "sam_num_heads": 12,
-    "sam_mlp_dim": 3072,
-    "sam_window_size": 14,
-    "sam_global_attn_indexes": [2, 5, 8, 11],
-    "sam_out_channels": 256,
-    "sam_downsample_channels": [512, 1024],
-    "sam_layer_norm_eps": 1e-6,
+    **dict(sam_image_size=1024, sam_patch_size=16, sam_hidden_size=768, sam_num_layers=12, sam_num_heads=12),
+    **dict(sam_mlp_dim=3072, sam_window_size=14, sam_global_attn_indexes=[2, 5, 8, 11], sam_out_channels=256),
+    **dict(sam_downsample_channels=[512, 1024], sam_layer_norm_eps=1e-6),
     # CLIP-L
-    "clip_hidden_size": 1024,
-    "clip_num_layers": 24,
-    "clip_num_heads": 16,
-    "clip_intermediate_size": 4096,
-    "clip_image_size": 224,
-    "clip_patch_size": 14,
-    "clip_layer_norm_eps": 1e-5,
+    **dict(clip_hidden_size=1024, clip_num_layers=24, clip_num_heads=16, clip_intermediate_size=4096),
+    **dict(clip_image_size=224, clip_patch_size=14, clip_layer_norm_eps=1e-5),
     # decoder
-    "vocab_size": 129280,
-    "hidden_size": 1280,
-    "intermediate_size": 6848,
-    "moe_intermediate_size": 896,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 10,
-    "num_key_value_heads": 10,
-    "head_dim": None,
-    "n_routed_experts": 64,
-    "n_shared_experts": 2,
-    "num_experts_per_tok": 6,
-    "first_k_dense_replace": 1,
-    "routed_scaling_factor": 1.0,
-    "norm_topk_prob": False,
-    "topk_method": "greedy",
-    "scoring_func": "softmax",
-    "use_mla": False,
-    "hidden_act": "silu",
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1_000_000.0,
-    "max_position_embeddings": 32768,
-    "attention_bias": False,
-    "initializer_range": 0.02,
-    "image_token_id": 128815,
-    "use_cache": True,
+    **dict(vocab_size=129280, hidden_size=1280, intermediate_size=6848, moe_intermediate_size=896),
+    **dict(num_hidden_layers=12, num_attention_heads=10, num_key_value_heads=10, head_dim=None),
+    **dict(n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1),
+    **dict(routed_scaling_factor=1.0, norm_topk_prob=False, topk_method="greedy", scoring_func="softmax"),
+    **dict(use_mla=False, hidden_act="silu", rms_norm_eps=1e-6, rope_theta=1_000_000.0),
+    **dict(max_position_embeddings=32768, attention_bias=False, initializer_range=0.02),
+    **dict(image_token_id=128815, use_cache=True),
     # FastMTP
-    "num_nextn_predict_layers": 1,
-    "mtp_num_speculative_steps": 3,
-    "mtp_recursive": True,
-    "mtp_share_embedding_weights": True,
-    "mtp_share_lm_head": True,
-    "mtp_share_norm": True,
-    "mtp_moe": False,
-    "mtp_first_hidden": "post_norm",
-    "mtp_feedback_hidden": "post_norm",
+    **dict(num_nextn_predict_layers=1, mtp_num_speculative_steps=3, mtp_recursive=True),
+    **dict(mtp_share_embedding_weights=True, mtp_share_lm_head=True, mtp_share_norm=True, mtp_moe=False),
+    **dict(mtp_first_hidden="post_norm", mtp_feedback_hidden="post_norm"),
     # special tokens (passed on to PretrainedConfig)
-    "bos_token_id": 0,
-    "eos_token_id": 1,
-    "pad_token_id": 2,
-    "tie_word_embeddings": False,
+    **dict(bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=False),
 }
 _BASE_CLASS_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
 
 
 def pixels_per_visual_token(sam_patch_size: int, sam_downsample_channels: list[int]) -> int:
-    """The side, in view pixels, of the square one visual token stands for: SAM's patch embedding
-    takes ``sam_patch_size`` pixels per patch and each stride-2 convolution of the compressor (one per
-    ``sam_downsample_channels`` entry) halves the grid again, so 16 x 2 x 2 = 64 for DeepSeek-OCR."""
+    """The side, in view pixels, of the square one visual token stands for: SAM's ``sam_patch_size`` times 2
+    per stride-2 compressor convolution (one per ``sam_downsample_channels`` entry), 16 x 2 x 2 = 64."""
     return sam_patch_size * 2 ** len(sam_downsample_channels)
 
 
@@ -133,29 +80,21 @@ def _from_vision_block(vision: dict) -> dict[str, Any]:
 class JinaOCRConfig(PretrainedConfig):
     r"""Hyper-parameters of :class:`JinaOCRForConditionalGeneration`.
 
-    Vision (SAM ViT-B, prefix ``sam_``): ``sam_image_size`` and ``sam_patch_size`` fix the size of the
-    learned position grid (1024 / 16 = 64); other input sizes interpolate it. ``sam_window_size`` is
-    the local attention window, ``sam_global_attn_indexes`` the blocks that attend globally,
-    ``sam_out_channels`` the neck width and ``sam_downsample_channels`` the two stride-2 convolutions
-    that compress 16x (their last width feeds CLIP, so it must equal ``clip_hidden_size``).
+    SAM (``sam_``): ``sam_image_size / sam_patch_size`` is the learned position grid (64; other sizes
+    interpolate it), ``sam_global_attn_indexes`` the blocks attending globally (the others use windows of
+    ``sam_window_size``), ``sam_downsample_channels`` the two stride-2 compressor convolutions, whose last
+    width feeds CLIP and so must equal ``clip_hidden_size``. CLIP (``clip_``): its patch embedding is stored
+    but unused (SAM's features replace it); ``clip_image_size / clip_patch_size`` is its position grid.
 
-    Vision (CLIP-L, prefix ``clip_``): its patch embedding is stored but unused (SAM's features
-    replace it); ``clip_image_size / clip_patch_size`` is the learned position grid (16 x 16 + class).
+    Decoder (DeepSeek-V2 names): plain multi-head attention (no ``use_mla``); layers from
+    ``first_k_dense_replace`` on route each token to ``num_experts_per_tok`` of ``n_routed_experts`` by
+    softmax probability (renormalised only with ``norm_topk_prob``) plus ``n_shared_experts`` fused ones.
 
-    Decoder (DeepSeek-V2 names): plain multi-head attention (``use_mla`` must be false), layers below
-    ``first_k_dense_replace`` are dense, the others route each token to ``num_experts_per_tok`` of
-    ``n_routed_experts`` experts by softmax probability (not renormalised unless ``norm_topk_prob``)
-    and add ``n_shared_experts`` always-on experts fused into one MLP.
-
-    FastMTP: ``num_nextn_predict_layers`` heads (0 = none, as in DeepSeek-OCR; jina-ocr-v1 has one),
-    applied recursively ``mtp_num_speculative_steps`` times. Public ports disagree on two choices, so
-    they are fields with the same meaning in every engine we ship:
-
-    - ``mtp_first_hidden``: the main model state that draft step 1 reads, ``"post_norm"`` (after the
-      decoder's final RMSNorm, what vLLM hands its drafters) or ``"pre_norm"``.
-    - ``mtp_feedback_hidden``: the head state fed back as ``h`` for steps 2..K, ``"post_norm"`` (the
-      head's output after the shared final norm, as the released checkpoint's plugin does) or
-      ``"pre_norm"`` (the draft block's output before it, as vLLM's DeepSeek MTP drafter does).
+    FastMTP: ``num_nextn_predict_layers`` heads (0 in DeepSeek-OCR, 1 in jina-ocr-v1), applied recursively
+    ``mtp_num_speculative_steps`` times. Public ports disagree on the main-model state draft step 1 reads
+    (``mtp_first_hidden``) and the head state fed back for steps 2..K (``mtp_feedback_hidden``):
+    ``"post_norm"`` (after the final RMSNorm, as vLLM and the released checkpoint's plugin do) or
+    ``"pre_norm"`` (vLLM's DeepSeek MTP drafter feeds back the state before it).
     """
 
     model_type = "jina_ocr"
@@ -175,8 +114,7 @@ class JinaOCRConfig(PretrainedConfig):
         # Precedence: defaults < the original nested blocks < explicit (top-level) values.
         values = dict(DEFAULTS)
         if original:
-            # A config.json of the original layout names the reference code, not ours, and leaves
-            # out what DeepseekV2Config defaults: rope_theta 10000, and no FastMTP head.
+            # The original layout names the reference code and leaves out DeepseekV2Config's defaults.
             kwargs.pop("auto_map", None)
             kwargs.pop("architectures", None)
             values.update(rope_theta=10000.0, num_nextn_predict_layers=0)
@@ -246,8 +184,7 @@ class JinaOCRConfig(PretrainedConfig):
 
     @property
     def pixels_per_visual_token(self) -> int:
-        """The side of the square of view pixels one visual token stands for (64): see
-        :func:`pixels_per_visual_token`. Views must be a multiple of it."""
+        """See :func:`pixels_per_visual_token` (64); views must be a multiple of it."""
         return pixels_per_visual_token(self.sam_patch_size, self.sam_downsample_channels)
 
     @property

@@ -1,18 +1,9 @@
 """Processor of jina-ocr-v1: page images and a prompt in, model inputs out; generated ids in, Markdown out.
 
-Two classes, as Transformers expects of a vision-language model:
-
-- :class:`JinaOCRImageProcessor` cuts a page into what DeepSeek-OCR's DeepEncoder was trained on: one
-  global view letter-boxed into a square, and, in the tiled ("Gundam") mode, a grid of 640 px tiles
-  whose shape follows the page's aspect ratio (SPEC section 4). The rule is reproduced to the pixel
-  because the model never saw anything else.
-- :class:`JinaOCRProcessor` writes the prompt (jina-ocr-v1 chat template or DeepSeek-OCR style),
-  expands each ``<image>`` marker into exactly as many placeholder tokens as the model will place
-  visual vectors, batches pages of different tile counts with left padding, and turns the generated
-  ids back into clean Markdown (grounding spans become image links, boxes are kept aside).
-
-This file ships to the Hub as remote code: it imports only Transformers, PIL, NumPy, torch and its
-sibling remote-code modules (the config, the page loader and the batch driver of ``processor.ocr``).
+:class:`JinaOCRImageProcessor` cuts a page into what DeepSeek-OCR's DeepEncoder was trained on, to the
+pixel (a letter-boxed global view and, in "Gundam" mode, 640 px tiles following the aspect ratio: SPEC
+section 4). :class:`JinaOCRProcessor` writes the prompt, expands each ``<image>`` marker into as many
+placeholders as the model places visual vectors, left-pads batches and turns generated ids into Markdown.
 """
 
 from __future__ import annotations
@@ -36,48 +27,29 @@ from transformers.processing_utils import ImagesKwargs
 from .configuration_jina_ocr import DEFAULTS, pixels_per_visual_token
 from .pages_jina_ocr import DEFAULT_MAX_PIXELS, load_page
 
-# ----------------------------------------------------------------------------------------------------
-# The tiling rule (SPEC section 4)
-# ----------------------------------------------------------------------------------------------------
-
 TILE_SIZE = 640
 MIN_TILES, MAX_TILES = 2, 9
-# jina-ocr-v1's value, from its config's defaults (SAM's patch size, then the compressor's two stride-2
-# convolutions). The image processor's ``pixels_per_token`` follows the model's own config (the export
-# writes it).
+# jina-ocr-v1's value; the image processor's ``pixels_per_token`` follows the model's config (exported).
 PIXELS_PER_TOKEN = pixels_per_visual_token(DEFAULTS["sam_patch_size"], DEFAULTS["sam_downsample_channels"])
 LETTERBOX_GREY = (127, 127, 127)  # int(0.5 * 255): the mean colour, which normalises to about 0
 
 # name -> (global view size, whether pages larger than one tile are also cut into 640 px tiles)
-MODES: dict[str, tuple[int, bool]] = {
-    "tiny": (512, False),
-    "small": (640, False),
-    "base": (1024, False),
-    "large": (1280, False),
-    "gundam": (1024, True),
-}
+MODES: dict[str, tuple[int, bool]] = dict(
+    tiny=(512, False), small=(640, False), base=(1024, False), large=(1280, False), gundam=(1024, True)
+)
 _OWN_LIMIT = object()  # "use the image processor's max_image_pixels"
 # Global views up to this size are stretched to a square; larger ones are letter-boxed.
 _MAX_STRETCHED_VIEW = 640
 
-_GRIDS = sorted(
-    (
-        (i, j)
-        for i in range(1, MAX_TILES + 1)
-        for j in range(1, MAX_TILES + 1)
-        if MIN_TILES <= i * j <= MAX_TILES
-    ),
-    key=lambda grid: grid[0] * grid[1],
-)
+_SIDES = range(1, MAX_TILES + 1)
+_GRIDS = sorted(((i, j) for i in _SIDES for j in _SIDES if MIN_TILES <= i * j <= MAX_TILES), key=math.prod)
 
 
 def select_tile_grid(width: int, height: int) -> tuple[int, int] | None:
     """The (columns, rows) of 640 px tiles DeepSeek-OCR cuts a ``width`` x ``height`` page into, or None.
 
-    Pages that fit in one tile get none. Otherwise, among the grids of 2 to 9 tiles taken by tile count,
-    the first one whose aspect ratio is closest to the page's wins; on an exact tie a larger grid takes
-    over only when the page has more than half of that grid's pixels (so a big page gets more tiles).
-    """
+    Pages that fit in one tile get none; otherwise the first 2-9 tile grid (by tile count) closest in aspect
+    ratio wins, and on an exact tie a larger grid only when the page has more than half of its pixels."""
     if width <= TILE_SIZE and height <= TILE_SIZE:
         return None
     aspect = width / height
@@ -120,19 +92,10 @@ def _mode_settings(mode: str) -> tuple[int, bool]:
         raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}") from None
 
 
-# ----------------------------------------------------------------------------------------------------
-# Image processor
-# ----------------------------------------------------------------------------------------------------
-
-
 class JinaOCRImagesKwargs(ImagesKwargs, total=False):
-    """The options of :class:`JinaOCRImageProcessor` on top of the standard image kwargs.
-
-    mode: one of ``tiny``, ``small``, ``base``, ``large``, ``gundam`` (see :data:`MODES`).
-    max_image_pixels: refuse images with more pixels than this (None: no limit), before decoding them.
-    pixels_per_token: the side of the square of view pixels one visual token stands for, the model
-    config's ``pixels_per_visual_token`` (64 for jina-ocr-v1).
-    """
+    """The options of :class:`JinaOCRImageProcessor`: ``mode`` (a key of :data:`MODES`), ``max_image_pixels``
+    (refuse larger images before decoding them; None: no limit) and ``pixels_per_token`` (the config's
+    ``pixels_per_visual_token``)."""
 
     mode: str | None
     max_image_pixels: int | None
@@ -142,16 +105,9 @@ class JinaOCRImagesKwargs(ImagesKwargs, total=False):
 class JinaOCRImageProcessor(PilBackend):
     """DeepSeek-OCR's dynamic-resolution preprocessing: a global view plus, in Gundam mode, 640 px tiles.
 
-    Outputs (as a :class:`~transformers.BatchFeature` of torch tensors):
-
-    - ``pixel_values`` (n_images, 3, S, S) float32: one global view per image (S = the mode's view size);
-    - ``pixel_values_local`` (n_tiles, 3, 640, 640) float32: the tiles of all images, image after image,
-      each image's tiles in row-major order; (0, 3, 640, 640) when no image has tiles;
-    - ``image_grids`` (n_images, 2) int64: (columns, rows) of each image's tiles, (0, 0) for none.
-
-    Every view is resized once with PIL bicubic from the (EXIF-rotated, RGB) page and stays uint8 until it
-    is written into the float32 output, where it is normalised in place with exactly the arithmetic of
-    torchvision's ``ToTensor`` + ``Normalize``.
+    Outputs ``pixel_values`` (n_images, 3, S, S), ``pixel_values_local`` (n_tiles, 3, 640, 640; row-major
+    per image) and ``image_grids`` (n_images, 2; (columns, rows) or (0, 0)). Each view is resized once with
+    PIL bicubic and normalised in place with exactly torchvision's ``ToTensor`` + ``Normalize`` arithmetic.
     """
 
     valid_kwargs = JinaOCRImagesKwargs
@@ -173,8 +129,6 @@ class JinaOCRImageProcessor(PilBackend):
                 "tiling rule; the model's config gives it (sam_patch_size x 4)"
             )
 
-    # -- public helpers ----------------------------------------------------------------------------
-
     def grid_for(self, width: int, height: int, mode: str | None = None) -> tuple[int, int] | None:
         """The tile grid of a ``width`` x ``height`` image in ``mode`` (None: no tiles)."""
         _, tiled = _mode_settings(mode or self.mode)
@@ -186,17 +140,11 @@ class JinaOCRImageProcessor(PilBackend):
         return count_image_tokens(view_size, self.grid_for(width, height, mode), self.pixels_per_token)
 
     def load_image(self, image: Any, max_image_pixels: int | None | object = _OWN_LIMIT) -> Image.Image:
-        """Open ``image`` (PIL image, path, bytes, NumPy array or torch tensor) as an upright RGB page.
-
-        This is the page loader shared by every way into the model (``pages_jina_ocr.load_page``: its
-        rules for transparency, 16-bit, CMYK, orientation and sizes). Raises ``ValueError`` naming the
-        problem for an empty image, an unreadable file, a URL (never fetched here) or an image above
-        ``max_image_pixels`` (the processor's own limit by default; None disables the check).
-        """
+        """Open ``image`` (PIL image, path, bytes, array or tensor) as an upright RGB page with the loader
+        shared by every way into the model (``pages_jina_ocr.load_page``). Raises ``ValueError`` for an
+        empty, unreadable or URL image, or one above ``max_image_pixels`` (default: the processor's)."""
         limit = self.max_image_pixels if max_image_pixels is _OWN_LIMIT else max_image_pixels
         return load_page(image, limit)
-
-    # -- the Transformers image-processor interface ------------------------------------------------
 
     def _preprocess_image_like_inputs(
         self,
@@ -208,16 +156,12 @@ class JinaOCRImageProcessor(PilBackend):
         image_std: Sequence[float] | None = None,
         **kwargs,
     ) -> BatchFeature:
-        """Replaces the generic per-image pipeline: one page gives a global view and its tiles.
-
-        Each view is resized straight into its slice of the output tensors; the resizes run on a few
-        threads (PIL releases the GIL while resampling), then the whole batch is normalised in place.
-        """
+        """Replaces the generic per-image pipeline: each view is resized straight into its slice of the
+        outputs, on a few threads (PIL releases the GIL while resampling), then normalised in place."""
         view_size, tiled = _mode_settings(mode or self.mode)
         pages = [self.load_image(image, max_image_pixels) for image in _flatten_images(images)]
         if not pages:
             raise ValueError("no images were given")
-
         grids = [select_tile_grid(*page.size) if tiled else None for page in pages]
         n_tiles = sum(i * j for i, j in (grid for grid in grids if grid is not None))
         pixel_values = torch.empty(len(pages), 3, view_size, view_size, dtype=torch.float32)
@@ -238,41 +182,26 @@ class JinaOCRImageProcessor(PilBackend):
         else:
             for job in jobs:
                 job()
-        mean = image_mean or self.image_mean
-        std = image_std or self.image_std
         for views in (pixel_values, pixel_values_local):
-            normalise_in_place(views.numpy(), mean, std)
+            normalise_in_place(views.numpy(), image_mean or self.image_mean, image_std or self.image_std)
         return BatchFeature(
-            {
-                "pixel_values": pixel_values,
-                "pixel_values_local": pixel_values_local,
-                "image_grids": image_grids,
-            }
+            dict(pixel_values=pixel_values, pixel_values_local=pixel_values_local, image_grids=image_grids)
         )
 
 
 def global_view_placement(width: int, height: int, view_size: int) -> tuple[int, int, int, int]:
-    """Where a ``width`` x ``height`` page lands in its global view: ``(x, y, w, h)`` in view pixels.
-
-    Up to 640 px the page is stretched over the whole square; larger views keep the aspect ratio, the long
-    side filling the view and the short side centred. (Training maps glyph boxes to visual tokens with it.)
-    """
+    """Where a page lands in its global view, ``(x, y, w, h)``: stretched up to 640 px, else with its aspect
+    ratio kept and centred as PIL's ``ImageOps.pad`` does (training maps glyph boxes with it)."""
     if view_size <= _MAX_STRETCHED_VIEW or width == height:
         return 0, 0, view_size, view_size
-    if width > height:
-        short = max(1, round(height / width * view_size))
-        return 0, round((view_size - short) * 0.5), view_size, short
-    short = max(1, round(width / height * view_size))
-    return round((view_size - short) * 0.5), 0, short, view_size
+    short = max(1, round(min(width, height) / max(width, height) * view_size))
+    offset = round((view_size - short) * 0.5)
+    return (0, offset, view_size, short) if width > height else (offset, 0, short, view_size)
 
 
 def write_global_view(page: Image.Image, out: np.ndarray) -> None:
-    """Write the global view of an RGB page into ``out`` (3, S, S) as ``v / 255`` in float32.
-
-    Up to 640 px it is the page stretched to a square. Larger views keep the aspect ratio: the long side
-    becomes S, the short side ``round(short / long * S)`` (at least 1 px), pasted on grey at
-    ``round((S - short) * 0.5)``; this is PIL's ``ImageOps.pad`` with bicubic resampling.
-    """
+    """Write the global view of an RGB page (placed by :func:`global_view_placement`, bicubic, on grey)
+    into ``out`` (3, S, S) as ``v / 255`` in float32."""
     view_size = out.shape[-1]
     x, y, w, h = global_view_placement(*page.size, view_size)
     resized = np.asarray(page.resize((w, h), Image.Resampling.BICUBIC))
@@ -290,14 +219,12 @@ def write_tiles(page: Image.Image, grid: tuple[int, int], out: np.ndarray) -> No
 
 
 def _scale_into(pixels: np.ndarray, out: np.ndarray) -> None:
-    """``out = pixels / 255`` in float32 in one strided pass: the uint8 values are cast exactly, then
-    divided, as torchvision's ``ToTensor`` does."""
+    """``out = pixels / 255`` in float32 in one strided pass, cast then divided as ``ToTensor`` does."""
     np.divide(pixels, np.float32(255), out=out, dtype=np.float32, casting="unsafe")
 
 
 def normalise_in_place(views: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> None:
-    """``(x - mean) / std`` on float32 (..., 3, H, W) views holding ``v / 255``: the float32 operations of
-    torchvision's ``Normalize``, so the values are bit for bit the same."""
+    """``(x - mean) / std`` in place on float32 (..., 3, H, W) views, bit for bit as ``Normalize``."""
     np.subtract(views, np.asarray(mean, dtype=np.float32).reshape(3, 1, 1), out=views)
     np.divide(views, np.asarray(std, dtype=np.float32).reshape(3, 1, 1), out=views)
 
@@ -307,10 +234,6 @@ def _flatten_images(images: Any) -> list[Any]:
         return [image for item in images for image in _flatten_images(item)]
     return [images]
 
-
-# ----------------------------------------------------------------------------------------------------
-# Output clean-up: grounding spans, special tokens, LaTeX
-# ----------------------------------------------------------------------------------------------------
 
 _SPAN = re.compile(r"<\|ref\|>(.*?)<\|/ref\|>\s*<\|det\|>(.*?)<\|/det\|>", re.DOTALL)
 _BOX = re.compile(r"\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
@@ -340,13 +263,9 @@ class GroundedRegion:
 
 
 def grounding_to_markdown(text: str, image_link: str = "images/{index}.jpg", page: int = 0):
-    """Turn DeepSeek-OCR grounding output into Markdown and the list of regions it described.
-
-    ``<|ref|>image<|/ref|><|det|>[[x1,y1,x2,y2]]<|/det|>`` becomes an image link (``image_link`` is
-    formatted with the page number and the running index of images on the page); every other span is
-    removed, its text following it being the content. ``\\coloneqq`` and ``\\eqqcolon`` become ``:=`` and
-    ``=:`` as in DeepSeek-OCR's own post-processing. Returns ``(markdown, regions)``.
-    """
+    """Turn DeepSeek-OCR grounding output into ``(markdown, regions)``: an ``image`` span becomes a link
+    (``image_link`` formatted with ``page`` and ``index``), other spans are removed (their content follows),
+    and ``\\coloneqq`` / ``\\eqqcolon`` become ``:=`` / ``=:`` as in DeepSeek-OCR's post-processing."""
     regions: list[GroundedRegion] = []
 
     def replace(match: re.Match) -> str:
@@ -364,10 +283,6 @@ def grounding_to_markdown(text: str, image_link: str = "images/{index}.jpg", pag
     return text, regions
 
 
-# ----------------------------------------------------------------------------------------------------
-# Processor
-# ----------------------------------------------------------------------------------------------------
-
 IMAGE_TOKEN = "<image>"
 JINA_DEFAULT_PROMPT = "Transcribe the provided document image into a clean Markdown format, preserving the natural reading order."
 DEEPSEEK_DEFAULT_PROMPT = "<|grounding|>Convert the document to markdown."
@@ -375,8 +290,7 @@ PROMPT_STYLES = ("jina", "deepseek")
 
 
 def request_content(prompt: str) -> str:
-    """A one-page request's content: ``<image>`` then the instruction, or the instruction as written when
-    it already holds the marker (prompts copied from DeepSeek-OCR); it may hold only one."""
+    """``<image>`` then the instruction, or the instruction as written when it holds its one marker."""
     markers = prompt.count(IMAGE_TOKEN)
     if markers > 1:
         raise ValueError(
@@ -386,58 +300,37 @@ def request_content(prompt: str) -> str:
 
 
 def jina_request(prompt: str | None = None) -> str:
-    """The full jina-ocr-v1 text of a one-page request (no BOS); ``prompt`` None is the default instruction.
-
-    Engines that take text rather than this processor (vLLM) build their prompts here too.
-    """
+    """The full jina-ocr-v1 text of a one-page request (no BOS); vLLM builds its prompts here too."""
     content = request_content(JINA_DEFAULT_PROMPT if prompt is None else prompt)
     return f"<|User|>:\n{content}\n<|Assistant|>:\n"
 
 
-# The jina-ocr-v1 conversation format: "<|User|>:\n<image>\n{prompt}\n<|Assistant|>:\n", no BOS. A user
-# turn with an image and no text gets the default prompt, so that a bare page is a valid request.
+# "<|User|>:\n<image>\n{prompt}\n<|Assistant|>:\n", no BOS; an image with no text gets the default prompt.
 JINA_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'user' -%}"
-    "{{- '<|User|>:\\n' -}}"
-    "{%- if message['content'] is string -%}{{- message['content'] + '\\n' -}}"
-    "{%- else -%}"
-    "{%- set ns = namespace(has_text=false) -%}"
-    "{%- for block in message['content'] -%}"
+    "{%- for message in messages -%}{%- if message['role'] == 'user' -%}{{- '<|User|>:\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] + '\\n' -}}{%- else -%}"
+    "{%- set ns = namespace(has_text=false) -%}{%- for block in message['content'] -%}"
     "{%- if block['type'] == 'image' -%}{{- '<image>\\n' -}}"
     "{%- elif block['type'] == 'text' -%}{%- set ns.has_text = true -%}{{- block['text'] + '\\n' -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if not ns.has_text -%}{{- '" + JINA_DEFAULT_PROMPT + "\\n' -}}{%- endif -%}"
-    "{%- endif -%}"
-    "{%- elif message['role'] == 'assistant' -%}"
-    "{{- '<|Assistant|>:\\n' -}}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if not ns.has_text -%}{{- '" + JINA_DEFAULT_PROMPT + "\\n' -}}{%- endif -%}{%- endif -%}"
+    "{%- elif message['role'] == 'assistant' -%}{{- '<|Assistant|>:\\n' -}}"
     "{%- if message['content'] is string -%}{{- message['content'] -}}"
     "{%- else -%}{%- for block in message['content'] if block['type'] == 'text' -%}{{- block['text'] -}}"
-    "{%- endfor -%}{%- endif -%}"
-    "{{- eos_token -}}"
-    "{%- else -%}"
+    "{%- endfor -%}{%- endif -%}{{- eos_token -}}{%- else -%}"
     "{{- raise_exception('jina-ocr-v1 conversations have user and assistant turns, not ' + message['role']) -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|Assistant|>:\\n' -}}{%- endif -%}"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|Assistant|>:\\n' -}}{%- endif -%}"
 )
 
 
 class JinaOCRProcessor(ProcessorMixin):
-    """Image processor + tokenizer of jina-ocr-v1.
-
-    ``prompt_style`` chooses how :meth:`build_prompt` writes a request: ``"jina"`` (the jina-ocr-v1
-    chat format, the default) or ``"deepseek"`` (DeepSeek-OCR's BOS + ``<image>\\n`` + instruction).
-    Token ids are always read from the tokenizer, so the real 129,280-entry tokenizer (``<image>`` at
-    128815) and the small test tokenizer work alike.
-    """
+    """Image processor + tokenizer of jina-ocr-v1; ``prompt_style`` is ``"jina"`` (the chat format) or
+    ``"deepseek"`` (BOS + ``<image>\\n`` + instruction). Token ids are always read from the tokenizer."""
 
     def __init__(
         self, image_processor=None, tokenizer=None, chat_template=None, prompt_style="jina", **kwargs
     ):
-        if chat_template is None:
-            chat_template = JINA_CHAT_TEMPLATE
+        chat_template = JINA_CHAT_TEMPLATE if chat_template is None else chat_template
         super().__init__(image_processor, tokenizer, chat_template=chat_template, **kwargs)
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(
@@ -457,9 +350,8 @@ class JinaOCRProcessor(ProcessorMixin):
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
-        # Specials that carry content and survive decoding: grounding markers (parsed afterwards) and
-        # HTML table cells (the real tokenizer marks <td> and friends special, so skipping specials would
-        # strip every table).
+        # Specials that survive decoding: grounding markers (parsed afterwards) and table tags (the real
+        # tokenizer marks <td> and friends special, so skipping specials would strip every table).
         content_ids = {tokenizer.convert_tokens_to_ids(token) for token in _CONTENT_TOKENS}
         added_specials = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
         self._dropped_ids = (added_specials | set(tokenizer.all_special_ids)) - content_ids
@@ -468,10 +360,9 @@ class JinaOCRProcessor(ProcessorMixin):
     def _load_tokenizer_from_pretrained(
         cls, sub_processor_type, pretrained_model_name_or_path, subfolder="", **kwargs
     ):
-        """The checkpoint's tokenizer.json as it is. DeepSeek-OCR's tokenizer_config.json names the class
-        ``LlamaTokenizerFast``; some Transformers 5 releases (5.17, for one) rebuild that class with a
-        SentencePiece pre-tokenizer, which drops the spaces and newlines of a byte-level vocabulary. When
-        the loaded tokenizer does not give text back, the same files are loaded with the generic class."""
+        """The checkpoint's tokenizer.json as it is: DeepSeek-OCR's config names ``LlamaTokenizerFast``, which
+        some releases (5.17) rebuild with a SentencePiece pre-tokenizer that drops the spaces and newlines of
+        a byte-level vocabulary; if text does not round-trip, the files are loaded with the generic class."""
         tokenizer = super()._load_tokenizer_from_pretrained(
             sub_processor_type, pretrained_model_name_or_path, subfolder=subfolder, **kwargs
         )
@@ -485,20 +376,12 @@ class JinaOCRProcessor(ProcessorMixin):
     def model_input_names(self) -> list[str]:
         return ["input_ids", "attention_mask", *self.image_processor.model_input_names]
 
-    # -- prompts -------------------------------------------------------------------------------------
-
     def build_prompt(self, prompt: str | None = None) -> str:
-        """The full text of a one-page request, with its single ``<image>`` marker.
-
-        ``prompt`` is the instruction (the style's default when None). An instruction that already holds
-        ``<image>`` is placed as written, for prompts copied from DeepSeek-OCR; it may hold only one.
-        """
+        """The full text of a one-page request for the instruction ``prompt`` (None: the style's default)."""
         if self.prompt_style == "jina":
             return jina_request(prompt)
         content = request_content(DEEPSEEK_DEFAULT_PROMPT if prompt is None else prompt)
         return f"{self.tokenizer.bos_token}{content}"
-
-    # -- encoding -------------------------------------------------------------------------------------
 
     def __call__(
         self,
@@ -511,15 +394,9 @@ class JinaOCRProcessor(ProcessorMixin):
         return_tensors: str | None = "pt",
         **kwargs,
     ) -> BatchFeature:
-        """Model inputs for ``images`` and the prompt ``text`` (one string per sequence of the batch).
-
-        Each ``<image>`` marker in ``text`` is replaced by the placeholders of the next image, in order;
-        ``images`` may be flat or one list per text. Without ``text``, each image becomes its own
-        sequence with :meth:`build_prompt`'s default. The text is taken as complete: no BOS is added
-        (the jina-ocr-v1 format has none; the DeepSeek style writes it itself). Sequences are padded on
-        ``padding_side`` ("left" for generation) and returned as torch tensors with ``attention_mask``.
-        ``mode`` and ``max_image_pixels`` are passed on to the image processor.
-        """
+        """Model inputs for ``images`` and ``text`` (one string per sequence), each ``<image>`` marker taking
+        the placeholders of the next image (``images`` flat or one list per text); without ``text`` each image
+        gets :meth:`build_prompt`'s default. No BOS is added (the DeepSeek style writes its own)."""
         if videos is not None or audio is not None:
             raise ValueError("jina-ocr-v1 reads images only; videos and audio are not supported")
         if return_tensors not in (None, "pt"):
@@ -608,11 +485,8 @@ class JinaOCRProcessor(ProcessorMixin):
     def prepare_ocr_inputs(
         self, image_or_images, prompt: str | None = None, device=None, dtype=None, mode: str | None = None
     ) -> BatchFeature:
-        """Inputs for ``model.generate``: one image gives a batch of one, a list one left-padded batch.
-
-        ``prompt`` is the instruction (see :meth:`build_prompt`); ``device`` moves every tensor, ``dtype``
-        casts the pixel tensors (use the model's dtype); ``mode`` overrides the image processor's mode.
-        """
+        """Inputs for ``model.generate``: one image gives a batch of one, a list one left-padded batch;
+        ``dtype`` casts the pixel tensors (use the model's)."""
         images = list(image_or_images) if isinstance(image_or_images, (list, tuple)) else [image_or_images]
         if not images:
             raise ValueError("no images were given")
@@ -622,8 +496,6 @@ class JinaOCRProcessor(ProcessorMixin):
             inputs = inputs.to(device=device, dtype=dtype)
         return inputs
 
-    # -- decoding -------------------------------------------------------------------------------------
-
     def decode_ocr(
         self,
         generated_ids,
@@ -632,16 +504,9 @@ class JinaOCRProcessor(ProcessorMixin):
         return_regions: bool = False,
         image_link: str = "images/{index}.jpg",
     ):
-        """Markdown of each page from ``model.generate``'s output.
-
-        ``generated_ids`` (batch, length) start with ``input_ids`` (as ``generate`` returns them), which
-        are removed; pass ``input_ids=None`` when ``generated_ids`` hold only the new tokens. Each row is
-        cut at its first EOS, special tokens are removed (HTML table tags kept), grounding spans become
-        Markdown (see :func:`grounding_to_markdown`) and runs of blank lines are collapsed.
-
-        Returns a ``str`` for a batch of one and a list of ``str`` otherwise; with ``return_regions``
-        each page is a ``(markdown, regions)`` pair instead, ``regions`` a list of :class:`GroundedRegion`.
-        """
+        """Markdown of each page (``str`` for a batch of one, else a list) from ``model.generate``'s output,
+        less the ``input_ids`` prefix (None: only new tokens given), cut at EOS, with table tags kept and
+        grounding spans as Markdown; with ``return_regions``, ``(markdown, list[GroundedRegion])`` pairs."""
         rows = _as_rows(generated_ids)
         if input_ids is not None:
             prompts = _as_rows(input_ids)
@@ -661,26 +526,22 @@ class JinaOCRProcessor(ProcessorMixin):
         return pages[0] if len(pages) == 1 else pages
 
     def _decode_row(self, ids: list[int]) -> str:
-        eos = self.tokenizer.eos_token_id
-        if eos in ids:
-            ids = ids[: ids.index(eos)]
-        return self.tokenizer.decode(
-            [i for i in ids if i not in self._dropped_ids], skip_special_tokens=False
-        )
+        if self.tokenizer.eos_token_id in ids:
+            ids = ids[: ids.index(self.tokenizer.eos_token_id)]
+        kept = [i for i in ids if i not in self._dropped_ids]
+        return self.tokenizer.decode(kept, skip_special_tokens=False)
 
     def post_process_image_text_to_text(
         self, generated_outputs, skip_special_tokens=True, **kwargs
     ) -> list[str]:
         """What the ``image-text-to-text`` pipeline shows: the text of each row with table tags kept and
         grounding spans turned into Markdown (the pipeline itself removes the prompt)."""
-        texts = []
-        for row in _as_rows(generated_outputs):
-            if skip_special_tokens:
-                text = self._decode_row(row)
-            else:
-                text = self.tokenizer.decode(row, skip_special_tokens=False)
-            texts.append(grounding_to_markdown(text)[0])
-        return texts
+        rows = _as_rows(generated_outputs)
+        if skip_special_tokens:
+            texts = [self._decode_row(row) for row in rows]
+        else:
+            texts = [self.tokenizer.decode(row, skip_special_tokens=False) for row in rows]
+        return [grounding_to_markdown(text)[0] for text in texts]
 
 
 _ROUND_TRIP_PROBE = "Page 1:\n  a  b\tc"
@@ -704,8 +565,7 @@ def _special_token_id(tokenizer, token: str) -> int:
 
 
 _IMAGE_KWARGS = {"mode", "max_image_pixels"}
-# Keyword arguments the standard callers (the image-text-to-text pipeline, apply_chat_template) may pass
-# that have no effect here: every batch is padded to its longest sequence, and no special token is added.
+# What the pipeline and apply_chat_template may pass, without effect: batches pad to the longest, no specials.
 _NEUTRAL_KWARGS = {"padding", "add_special_tokens"}
 
 
@@ -718,10 +578,6 @@ def _image_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _as_rows(ids) -> list[list[int]]:
-    if isinstance(ids, torch.Tensor):
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
         ids = ids.tolist()
-    elif isinstance(ids, np.ndarray):
-        ids = ids.tolist()
-    if ids and isinstance(ids[0], int):
-        return [list(ids)]
-    return [list(row) for row in ids]
+    return [list(ids)] if ids and isinstance(ids[0], int) else [list(row) for row in ids]

@@ -1,32 +1,18 @@
 """Adaptive drafting: how many tokens the next FastMTP step drafts, chosen for speed.
 
-A step that drafts k tokens costs k head steps, an LM-head product per draft and a verification k + 1
-tokens wide, and commits one token plus the drafts the main model agrees with. Whether drafting pays,
-and how far, depends on how often the head is right and on what drafting costs for this model, batch
-and device: on a small CPU model at batch 1 a draft costs about a third of a greedy step, so a head
-right half the time gains with one draft and loses with three, while on a GPU a draft is nearly free.
-So every step drafts the length k in 0..``most`` (the call's ``mtp_num_speculative_steps``) with the
-most expected committed tokens per second::
+Whether drafting pays depends on the head's accuracy and on what a draft costs for this model, batch and
+device (a third of a greedy step for a small model on CPU, nearly nothing on a GPU), so each step drafts
+the k in 0..``most`` with the most expected committed tokens per second::
 
     E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_k          rate(k) = E(k) / T(k)
 
-- ``a_d`` is the chance that draft d is accepted once drafts 1..d-1 were, counted over the rows of
-  recent steps. Every count decays by ``DECAY`` per step, so the estimate follows the page, and leans
-  on a prior of ``PRIOR_WEIGHT`` tries at the estimate one depth up (at depth 1, certainty): a head is
-  trusted until it is seen to fail, so the first step drafts ``most``, and a depth no step has reached
-  yet is taken to be as good as the one above it.
-- ``T(k)`` is the running average of the seconds that steps of length k took, from choosing k to
-  recording the outcome (drafting, verification, bookkeeping and the read-back that ends every
-  step). The first step of a call is not timed: its head also reads the whole prompt, once. A length
-  not measured yet is estimated from the nearest measured one, each draft costing ``DRAFT_COST``
-  greedy steps. That guess is corrected as soon as the length is tried, except for 0, which an
-  overestimate would keep from ever being tried: while the greedy step is unmeasured and drafting
-  does not look at least ``EXPLORE_MARGIN`` times faster, one greedy step measures it.
-
-A head that is never right drifts to length 0, plain greedy steps; as its failures decay, the prior
-lifts ``a_1`` until a one-token probe pays again, so a useless head costs a probe every few dozen
-steps and a head that starts agreeing is found again. Verification is unchanged, so the output is
-exactly the greedy tokens whatever the lengths; only the speed depends on them (and on timing).
+``a_d``, the chance draft d is accepted once 1..d-1 were, counts recent rows decayed by ``DECAY`` per step,
+with a prior of ``PRIOR_WEIGHT`` tries at the estimate one depth up (1 at depth 1): a head is trusted until
+seen to fail. ``T(k)`` averages the measured seconds of steps of length k (not a call's first step, whose
+head also reads the prompt); an unmeasured length is scaled from the nearest measured one at ``DRAFT_COST``
+greedy steps per draft, and since an overestimate would keep length 0 untried, one greedy step measures it
+unless drafting looks ``EXPLORE_MARGIN`` times faster. A useless head drifts to 0, and its decaying
+failures let the prior lift ``a_1`` until a probe pays again. The output is greedy whatever the lengths.
 """
 
 from __future__ import annotations
@@ -42,10 +28,8 @@ EXPLORE_MARGIN = 1.5
 
 
 class DraftLength:
-    """The draft length of the next step; ``adaptive=False`` always drafts ``most``.
-
-    ``next`` starts a step and ``update`` ends it; ``clock`` (seconds) times the steps in between.
-    """
+    """The draft length of the next step (``adaptive=False``: always ``most``); ``next`` starts a step,
+    ``update`` ends it, and ``clock`` (seconds) times it."""
 
     def __init__(self, most: int, adaptive: bool = True, clock: Callable[[], float] = time.perf_counter):
         self.most = most

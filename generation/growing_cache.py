@@ -1,20 +1,11 @@
 """A dynamic KV cache whose appends copy only the new columns, for decoding.
 
-The library's ``DynamicLayer`` appends with ``torch.cat``, which copies the whole cache of a layer at
-every decoding step: on the small bundled model at batch 1 that was about a tenth of a step (a profile
-put a fifth of all decode time in ``aten::cat``). ``GrowingLayer`` keeps each layer's keys and values
-in buffers with room to spare, doubled when full, and exposes ``keys`` / ``values`` as views of their
-filled part, so an append writes only the new columns. Everything else about a dynamic layer stays:
-
-- ``crop`` slices the views, which stay views of the buffers: the next append overwrites the dropped
-  columns;
-- whatever replaces ``keys`` / ``values`` with a tensor of its own (``batch_select_indices`` when rows
-  leave the batch, ``fastmtp.compact``) is detected at the next append, which copies it into fresh
-  buffers once.
-
-Only decoding uses it (the FastMTP loops, and the library's loop when a call brings no cache of its
-own: dispatch.py), always under ``torch.no_grad``: an append writes into memory that earlier views
-share, which autograd would refuse.
+``DynamicLayer`` appends with ``torch.cat``, copying a layer's whole cache every step (a fifth of decode
+time on the small model at batch 1). ``GrowingLayer`` keeps keys and values in buffers that double when
+full and exposes ``keys`` / ``values`` as views of their filled part. ``crop`` keeps them views (the next
+append overwrites the dropped columns); a tensor put in their place (``batch_select_indices``,
+``fastmtp.compact``) is copied into fresh buffers at the next append. Only decoding uses it, always under
+``torch.no_grad``: an append writes into memory that earlier views share, which autograd would refuse.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Every use of a private Transformers name by FastMTP, in one place, checked for the supported range.
 
-A batch-1 FastMTP call that needs the library's features (dispatch.py) runs inside its
-assisted-decoding loop (``_assisted_decoding``, which every release from 5.17 to 5.25 enters when
-``generation_config.use_mtp`` is set). That loop asks the model
-for its candidate generator through the private ``GenerationMixin._get_candidate_generator``; the
-library's own answer for ``use_mtp`` is ``MTPCandidateGenerator``, which needs one layer per depth
-(``num_mtp_layers``) and cannot reuse one head recursively, so ``install`` overrides the method on
-our model class. Both names are checked when the remote code is imported, so a release that renamed
-them fails at once with the supported range instead of silently decoding without FastMTP.
+Batch-1 FastMTP calls that need the library's features (dispatch.py) run in its assisted loop
+(``_assisted_decoding``), which gets a candidate generator from the private ``_get_candidate_generator``;
+the library's ``MTPCandidateGenerator`` needs one layer per depth (no recursive head), so ``install``
+overrides it. Both names are checked at import: a rename fails at once, not by decoding without FastMTP.
 """
 
 from __future__ import annotations

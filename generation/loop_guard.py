@@ -1,15 +1,10 @@
 """The loop guard of SPEC section 5: a sliding-window no-repeat n-gram rule over the generated tokens.
 
-Repetition loops are the most reported failure of this model family. The rule bans the token that
-would complete an n-gram already present among the recent output: if the last n-1 generated tokens
-also occur earlier, starting within the last ``window`` generated tokens, the token that followed
-them there is banned (unless exempt). Only generated tokens count: the prompt holds hundreds of
-identical image placeholders and must not trigger bans. This is the rule of DeepSeek-OCR's vLLM
-recipe (output tokens only, n-grams starting inside the window) with jina-ocr-v1's n and window.
-
-The rule is a pure function of the history, so it gives the same answer whether the history was
-produced one token at a time (greedy) or verified several at a time (FastMTP): that is what keeps
-speculative decoding identical to greedy decoding with the guard on.
+Repetition loops are this model family's most reported failure. If the last n-1 generated tokens also occur
+earlier, starting within the last ``window`` generated tokens, the token that followed them there is banned
+(unless exempt); this is DeepSeek-OCR's vLLM recipe with jina-ocr-v1's n and window. Only generated tokens
+count: the prompt's hundreds of identical image placeholders must not trigger bans. The rule is a pure
+function of the history, which keeps FastMTP's verified output identical to greedy decoding with it on.
 """
 
 from __future__ import annotations
@@ -25,11 +20,7 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
     ``input_ids`` are the prompt (left-padded batches share one prompt width)."""
 
     def __init__(
-        self,
-        ngram_size: int,
-        window: int,
-        prompt_length: int,
-        exempt_token_ids: Iterable[int] = (),
+        self, ngram_size: int, window: int, prompt_length: int, exempt_token_ids: Iterable[int] = ()
     ):
         if ngram_size < 2:
             raise ValueError(
@@ -39,20 +30,16 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
             raise ValueError(
                 f"loop_guard_window ({window}) must be at least loop_guard_ngram_size ({ngram_size})"
             )
-        self.ngram_size = ngram_size
-        self.window = window
-        self.prompt_length = prompt_length
+        self.ngram_size, self.window, self.prompt_length = ngram_size, window, prompt_length
         self.exempt = torch.tensor(sorted(set(exempt_token_ids)), dtype=torch.long)
 
     def recent(self, generated: torch.Tensor) -> torch.Tensor:
-        """The last ``window`` tokens (or fewer, when fewer were generated) of each row of the (R, L)
-        ``generated``: the only tokens the rule reads."""
+        """The last ``window`` tokens (or fewer) of each row of (R, L) ``generated``: all the rule reads."""
         return generated[..., -self.window :] if generated.shape[-1] > self.window else generated
 
     def banned_mask(self, recent: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """(..., w) histories, w <= ``window``, right-aligned (a row with a shorter history is padded on
-        the left with -1, which matches no token) -> (..., vocab_size) bool, True for a token banned as
-        the next one. All rows at once, without reading anything back to the host."""
+        """(..., w) histories, w <= ``window``, right-aligned and left-padded with -1 (matches no token) ->
+        (..., vocab_size) bool, True for a banned next token. All rows at once, with no read-back to host."""
         n = self.ngram_size
         banned = torch.zeros(*recent.shape[:-1], vocab_size + 1, dtype=torch.bool, device=recent.device)
         grams = recent.shape[-1] - n + 1  # n-grams starting inside the window, oldest first
