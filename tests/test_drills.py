@@ -83,26 +83,6 @@ def test_on_tiles_early_stages_give_each_line_two_rows_of_visual_tokens():
             assert all(len(line) == 1 for line in _glyph_rows(page, row))
 
 
-def test_a_row_phase_of_zero_keeps_lines_at_the_height_of_earlier_runs():
-    fixed = PageRecipe(row_phase=0.0)
-    row = fixed.row_height()
-    for stage in ("line", "rows"):
-        for seed in range(12):
-            for y, _, size in _printed_lines(fixed.drill(stage, f"test/{seed}")):
-                # The whole line (cap height above, descenders below the baseline) sits inside one row.
-                top, bottom = y - 0.75 * size, y + 0.25 * size
-                assert int(top // row) == int(bottom // row)
-    # Pages drawn before the option existed (recorded then) are drawn again exactly.
-    assert [round(y, 3) for y, _, _ in _printed_lines(fixed.drill("rows", "pin/1"))] == [
-        137.797,
-        212.207,
-        249.412,
-        286.617,
-        323.822,
-    ]
-    assert fixed.drill("rows", "pin/1").markdown == RECIPE.drill("rows", "pin/1").markdown
-
-
 def test_the_last_stage_is_the_target_format():
     for seed in range(12):
         lines = _printed_lines(RECIPE.drill("page", f"test/{seed}"))
@@ -264,26 +244,6 @@ def test_drill_fonts_limit_the_faces_a_recipe_prints():
     assert set().union(*map(_fonts_used, pages)) <= {"Courier", "Courier-Bold"}
     mixed = [drill_page("page", f"test/{i}", RECIPE.row_height()) for i in range(12)]
     assert {"Helvetica", "Times-Roman", "Courier"} <= set().union(*map(_fonts_used, mixed))
-
-
-def test_unknown_drill_font_and_stage_are_refused_by_name(tmp_path, capsys):
-    from jina_ocr.cli import main
-
-    assert main(["train", "sft", str(tmp_path / "run"), "--drill-fonts", "helv", "comic"]) != 0
-    assert "--drill-fonts: unknown comic" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--stage", "chapter"]) != 0
-    assert "--stage: unknown chapter; choose from line, rows, page" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--advance-cer", "0.2"]) != 0
-    assert "--advance-cer takes 2 values" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--letter-words", "1.5"]) != 0
-    assert "--letter-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--row-phase", "-0.5"]) != 0
-    assert "--row-phase -0.5: give a share from 0 to 1" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--repeat-words", "1.5"]) != 0
-    assert "--repeat-words 1.5: give a share from 0 to 1" in capsys.readouterr().err
-    assert main(["train", "sft", str(tmp_path / "run"), "--near-copies", "-0.1"]) != 0
-    assert "--near-copies -0.1: give a share from 0 to 1" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
 
 
 def test_each_stage_mixes_in_the_earlier_ones_and_the_last_adds_synth_pages():

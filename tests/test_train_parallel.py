@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from training_helpers import page_batch, small_trainee
+from training_helpers import page_batch, small_trainee, write_recipe
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
@@ -94,13 +94,19 @@ def _log(folder):
     return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
 
 
-COMMON = ["--batch-size", "4", "--eval-pages", "1", "--log-every", "1", "--max-target-tokens", "16"]
-COMMON += ["--warmup", "1", "--threads", "1", "--workers", "0", "--advance-cer", "100", "100"]
+SMALL_RUN = dict(eval_pages=1, log_every=1, max_target_tokens=16, warmup=1, workers=0, advance_cer=[100, 100])
+
+
+def _common(folder, **settings) -> list[str]:
+    """The flags of a small run whose recipe, written into ``folder``, holds ``settings`` too."""
+    recipe = write_recipe(folder / "recipe.toml", **SMALL_RUN, **settings)
+    return ["--recipe", recipe, "--batch-size", "4", "--threads", "1"]
 
 
 def test_a_two_process_run_shares_each_batch_follows_process_0_and_resumes_in_one(tmp_path):
     out = tmp_path / "run"
-    args = ["train", "sft", str(out), *COMMON, "--processes", "2", "--eval-every", "1", "--steps", "2"]
+    common = _common(tmp_path)
+    args = ["train", "sft", str(out), *common, "--processes", "2", "--eval-every", "1", "--steps", "2"]
     assert main(args) == 0
     log = _log(out)
     losses = [r for r in log if "loss" in r]
@@ -126,14 +132,14 @@ def test_a_two_process_run_shares_each_batch_follows_process_0_and_resumes_in_on
     assert abs(shares[0] - shares[1]) > 1e-3  # so one share alone would not pass
 
     # One process goes on from the two processes' checkpoint.
-    assert main(["train", "sft", str(out), *COMMON, "--eval-every", "0", "--steps", "3"]) == 0
+    assert main(["train", "sft", str(out), *common, "--eval-every", "0", "--steps", "3"]) == 0
     last = [r for r in _log(out) if "loss" in r][-1]
     assert (last["step"], last["pages"], last["stage"]) == (3, 12, "page")
 
 
 def test_a_failing_process_ends_the_others_with_a_clear_error(tmp_path, capsys):
     # Process 0 rejects the option while building the run; process 1, waiting for it, is ended.
-    args = ["train", "sft", str(tmp_path / "run"), *COMMON, "--processes", "2", "--align-layers", "9"]
+    args = ["train", "sft", str(tmp_path / "run"), *_common(tmp_path, align_layers=[9]), "--processes", "2"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert re.search(r"training process \d of 2 failed", err)
@@ -141,5 +147,5 @@ def test_a_failing_process_ends_the_others_with_a_clear_error(tmp_path, capsys):
 
 def test_processes_must_divide_the_batch(tmp_path):
     options = SFTOptions(out=tmp_path, batch_size=3, processes=2)
-    with pytest.raises(UserError, match="divides --batch-size 3"):
+    with pytest.raises(UserError, match="divides the batch size 3"):
         train_sft(options)

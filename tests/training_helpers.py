@@ -1,7 +1,10 @@
 """The small model that the training-step tests train: the small config, its glyph head, and the
-attention probes of ``train sft``, for a one-view prompt of that config."""
+attention probes of ``train sft``, for a one-view prompt of that config; and recipe files of test runs."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 from small_config import IMAGE, SMALL
@@ -47,3 +50,10 @@ def page_batch(index: int) -> dict:
     batch = Collator(PROMPT, 2, GRID)([example])
     batch.pop("indices")
     return batch
+
+
+def write_recipe(path: Path, **settings) -> str:
+    """A recipe file at ``path`` holding ``settings``; its path as a command-line argument. JSON's
+    spelling of strings, numbers, booleans and lists is TOML's."""
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items()))
+    return str(path)

@@ -5,5 +5,7 @@ The pieces follow the order of a run: :mod:`~jina_ocr.train.tokenizer` makes the
 alignment losses of :mod:`~jina_ocr.train.supervision` (targets from :mod:`~jina_ocr.train.glyphs`),
 :mod:`~jina_ocr.train.mtp` trains the FastMTP head on the frozen model's own greedy outputs, and
 :mod:`~jina_ocr.train.bundle` ships a result as the package's jina-ocr-tiny.
-:mod:`~jina_ocr.train.recipe` holds the one place where the curriculum, page mix and model size are set.
+:mod:`~jina_ocr.train.recipe` holds the one place where the curriculum, page mix and model size are set;
+:mod:`~jina_ocr.train.recipe_file` reads the TOML recipe files that hold a run's settings (``recipes/``
+has the bundled model's).
 """

@@ -14,7 +14,7 @@ grow with the curriculum (:mod:`jina_ocr.train.recipe`):
 - ``page``: the target format, a 24-32 pt heading and two to eight lines of 18-22 pt body text at
   natural leading (1.15-1.5), so a cell row holds parts of two lines.
 
-Where in its row a line of the first two stages sits is drawn anew for each page (``phase``): towers
+Where in its row a line of the first two stages sits is drawn anew for each page: towers
 trained on lines always at the same height in their row learn glyph templates of that one height and
 read next to nothing a few points off it, where most lines of the target format are.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import pymupdf
 from PIL import Image
 
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth.page import render
 from jina_ocr.synth.text import ADJECTIVES, NOUNS, VERBS
 from jina_ocr.train.held_out_words import HELD_OUT_WORDS
@@ -159,7 +159,6 @@ def drill_page(
     held_out: bool = False,
     lines: int | None = None,
     letters: float = 0.0,
-    phase: float = 0.0,
     leading: float | None = None,
     repeats: float = 0.0,
     near_copies: float = 0.5,
@@ -169,9 +168,8 @@ def drill_page(
 
     ``held_out`` draws the words from the held-out list instead; ``lines`` fixes the number of body
     lines (otherwise drawn from the stage's range); ``letters`` is the share of words of random letters
-    (:func:`drill_word`); ``phase`` is the share of a row over which the baselines of a ``line`` or
-    ``rows`` drill are drawn around 70 % of a row (0: always there, +-2 pt, the pages of recipes that
-    predate the option; 1: any height in the row). ``leading`` fixes the distance between the body
+    (:func:`drill_word`); the baselines of a ``line`` or ``rows`` drill sit at any height in their
+    row. ``leading`` fixes the distance between the body
     lines of a ``page`` drill in points (otherwise 1.15-1.5 times the type size). ``repeats`` is the
     share of words that repeat the word drawn before them, a share ``near_copies`` of those with one
     letter changed (:func:`repeat_word`; exact repeats only on held-out pages, which print held-out
@@ -213,10 +211,10 @@ def drill_page(
         size = rng.choice((18.0, 20.0, 22.0, 24.0))
         leading = line_pitch
         # Baselines around 70 % of a line's rows (+-2 pt), where ascenders and descenders stay inside
-        # them, moved by up to half of ``phase`` pitches either way (a draw of its own: the rest of the
-        # page is that of a phase of 0).
+        # them, moved by up to half a pitch either way, so the towers see glyphs at every height in a
+        # row (a draw of its own, which leaves the rest of the page as it was before lines moved).
         y = line_pitch * (rng.randint(1, 3) + 0.7) + rng.uniform(-2, 2)
-        y += line_pitch * phase * (random.Random(f"{key}/phase").random() - 0.5)
+        y += line_pitch * (random.Random(f"{key}/phase").random() - 0.5)
     with_heading = (stage == "page" and rng.random() < 0.9) or (stage == "rows" and rng.random() < 0.4)
     if with_heading:
         head_size = rng.choice((24.0, 26.0, 28.0, 30.0, 32.0))

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.remote_code.processing_jina_ocr import (
     MODES,
     PIXELS_PER_TOKEN,
     JinaOCRImageProcessor,
     global_view_placement,
 )
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.fonts import FAMILIES, FontMissingError, face
 from jina_ocr.synth.page import PageTooSmallError
@@ -88,11 +88,11 @@ class PageRecipe:
     ``advance_cer[k]`` is the held-out character error rate below which stage ``k`` hands over to stage
     ``k + 1`` (one threshold per stage but the last). ``letter_words`` is the share of drill words made
     of random letters: the vocabulary and nonsense words have a language a decoder can learn instead of
-    reading, which held-out words do not share. ``row_phase`` is the share of a row over which the lines
-    of the early stages move within their row of visual tokens (:func:`~jina_ocr.train.drills.drill_page`).
-    ``repeat_words`` is the share of training drill words that repeat the word before them, exactly or
-    (a share ``near_copies`` of them) with one letter changed (:func:`~jina_ocr.train.drills.repeat_word`);
-    held-out pages have none unless asked for.
+    reading, which held-out words do not share. ``repeat_words`` is the share of training drill words
+    that repeat the word before them, exactly or (a share ``near_copies`` of them) with one letter
+    changed (:func:`~jina_ocr.train.drills.repeat_word`); held-out pages have none unless asked for.
+    The command line's recipe files (:mod:`jina_ocr.train.recipe_file`) set all of these but
+    ``font_sizes``, ``dpi`` and ``mode`` (a run's ``mode`` setting gives that).
     """
 
     font_sizes: tuple[float, ...] = (18.0, 20.0, 22.0)
@@ -102,7 +102,6 @@ class PageRecipe:
     advance_cer: tuple[float, ...] = (0.25, 0.15)
     mode: str = PROCESSOR_MODE
     letter_words: float = 0.0
-    row_phase: float = 1.0
     repeat_words: float = 0.0
     near_copies: float = 0.5
 
@@ -166,7 +165,6 @@ class PageRecipe:
             dpi=self.dpi,
             fonts=self.drill_fonts,
             letters=self.letter_words,
-            phase=self.row_phase,
             near_copies=self.near_copies,
             **kwargs,
         )

@@ -49,7 +49,6 @@ from jina_ocr.train.data import Collator, TrainingPageStream, batch_grid, prompt
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.glyphs import ViewGrid
-from jina_ocr.train.legacy_checkpoint import legacy_moments
 from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
@@ -73,7 +72,11 @@ PROBED_HEAD = 0
 
 @dataclass
 class SFTOptions:
-    """Options of :func:`train_sft`; the command line mirrors them one to one."""
+    """Options of :func:`train_sft`.
+
+    ``jina-ocr train sft`` fills them from a recipe file (:mod:`jina_ocr.train.recipe_file`), whose
+    keys are these names (and those of ``recipe``, the page distribution), and a few command-line
+    flags; ``out``, ``init`` and ``resume_from`` name folders and come from the command line alone."""
 
     out: Path
     steps: int = 8000
@@ -231,7 +234,7 @@ def _parameter_groups(model, glyph_head, options: SFTOptions):
     """Decay matrices; leave norms, biases, position tables and the special vectors alone.
 
     The vision towers get their own groups at ``vision_lr_scale`` of the learning rate (with
-    ``--freeze-vision`` they are left out), and with ``--towers-from-glyphs`` so does the glyph head:
+    ``freeze_vision`` they are left out), and with ``towers_from_glyphs`` so does the glyph head:
     the towers then learn from it alone, and a head that lagged behind them would hold them back. Each
     group keeps its peak rate as ``peak_lr`` and its parameters' ``names``, which a checkpoint then
     records.
@@ -286,18 +289,20 @@ def moments_by_name(optimizer: dict) -> dict[str, dict]:
     }
 
 
-def restored_optimizer_state(saved: dict, fresh: dict, experts: int) -> dict:
+def restored_optimizer_state(saved: dict, fresh: dict, out: Path) -> dict:
     """A checkpoint's AdamW state ``saved`` for the optimizer whose fresh state is ``fresh``.
 
     Each parameter's moments follow its name, so a rerun may group the parameters otherwise (with or
-    without ``--freeze-vision`` or ``--towers-from-glyphs``), and the groups' settings (``--lr``,
-    ``--vision-lr-scale``, ``--weight-decay``) are the rerun's own. A state saved before groups recorded
-    names comes from :func:`~jina_ocr.train.legacy_checkpoint.legacy_moments`.
+    without ``freeze_vision`` or ``towers_from_glyphs``), and the groups' settings (``lr``,
+    ``vision_lr_scale``, ``weight_decay``) are the rerun's own. A checkpoint whose groups record no
+    names cannot be matched to the parameters: its run goes on from its model files instead.
     """
-    if all("names" in group for group in saved["param_groups"]):
-        by_name = moments_by_name(saved)
-    else:
-        by_name = legacy_moments(saved, fresh["param_groups"], experts)
+    if not all("names" in group for group in saved["param_groups"]):
+        raise UserError(
+            f"{out / CHECKPOINT}: its optimizer state names no parameters (an older format); move it "
+            f"aside and go on from the model files with --resume-from {out / 'model'}"
+        )
+    by_name = moments_by_name(saved)
     state = {
         index: by_name[name]
         for group in fresh["param_groups"]
@@ -419,7 +424,7 @@ class _Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.device = _device(options)
         if options.bf16 and not _bf16_supported(self.device):
-            raise UserError(f"bf16 is not supported on {self.device}; leave out --bf16")
+            raise UserError(f"bf16 is not supported on {self.device}; run with --no-bf16")
         checkpoint_path = self.out / CHECKPOINT
         state = None
         if checkpoint_path.exists():
@@ -435,7 +440,7 @@ class _Trainer:
         if new_mode:
             if state is not None:
                 raise UserError(
-                    f"--mode {mode}: the run in {self.out} trains in {settings['processor_mode']!r} mode; "
+                    f"mode {mode!r}: the run in {self.out} trains in {settings['processor_mode']!r} mode; "
                     "a run changes mode only when it starts from model files (--resume-from, --init)"
                 )
             processor = build_processor(processor.tokenizer, mode)
@@ -477,15 +482,13 @@ class _Trainer:
         if state is not None:
             self.glyph_head.load_state_dict(state["glyph_head"])
             self.optimizer.load_state_dict(
-                restored_optimizer_state(
-                    state["optimizer"], self.optimizer.state_dict(), model.config.n_routed_experts
-                )
+                restored_optimizer_state(state["optimizer"], self.optimizer.state_dict(), self.out)
             )
 
         layers = model.config.num_hidden_layers
         if not all(0 <= layer < layers for layer in options.align_layers):
             raise UserError(
-                f"--align-layers {list(options.align_layers)}: the decoder has layers 0 to {layers - 1}"
+                f"align_layers {list(options.align_layers)}: the decoder has layers 0 to {layers - 1}"
             )
         self.collator = run_collator(processor, options.recipe)
         self.prompt = self.collator.prompt
@@ -824,7 +827,7 @@ def train_sft(options: SFTOptions) -> Path:
     """
     if options.eval_seed == GATE_SEED:
         raise UserError(
-            f"--eval-seed {GATE_SEED} draws the pages of the bundle gate, which a run must not be picked on; "
+            f"eval_seed {GATE_SEED} draws the pages of the bundle gate, which a run must not be picked on; "
             "choose another seed"
         )
     if options.resume_from is not None and (Path(options.out) / CHECKPOINT).exists():
@@ -834,11 +837,13 @@ def train_sft(options: SFTOptions) -> Path:
         return _train_process(SOLO, options)
     if options.processes < 1 or options.batch_size % options.processes:
         raise UserError(
-            f"--processes {options.processes}: give a number of processes that divides --batch-size "
+            f"processes {options.processes}: give a number of processes that divides the batch size "
             f"{options.batch_size}"
         )
     if _device(options).type != "cpu":
-        raise UserError(f"--processes splits batches over CPU processes; on {_device(options)} leave it out")
+        raise UserError(
+            f"processes splits batches over CPU processes; on {_device(options)} give --processes 1"
+        )
     run_processes(options.processes, _train_process, options)
     return Path(options.out) / "model"
 

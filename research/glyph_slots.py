@@ -1,6 +1,6 @@
 """Diagnostic: where the vision towers misread glyphs, for one or more training runs side by side.
 
-    python benchmarks/glyph_slots.py RUN [RUN ...] [--stage rows] [--pages 48] [--shifts 0 3 6 37.2]
+    python research/glyph_slots.py RUN [RUN ...] [--stage rows] [--pages 48] [--shifts 0 3 6 37.2]
 
 Each ``RUN`` is a ``jina-ocr train sft`` folder: its checkpoint holds the weights and the training-only
 glyph head that reads, from each visual token, the glyphs of its cell (``GLYPH_LINES`` lines of
@@ -138,9 +138,6 @@ def main() -> None:
     parser.add_argument(
         "--shifts", type=float, nargs="+", default=[0.0], help="move the pages down by so many points (0)"
     )
-    parser.add_argument(
-        "--row-phase", type=float, default=1.0, help="the pages' recipe option (1; 0: earlier runs' pages)"
-    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
@@ -153,7 +150,7 @@ def main() -> None:
     for run in args.runs:
         progress, tokenizer, pages, per_shift = glyph_predictions(
             run,
-            PageRecipe(row_phase=args.row_phase),
+            PageRecipe(),
             STAGES.index(args.stage),
             args.pages,
             args.shifts,

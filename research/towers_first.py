@@ -1,12 +1,12 @@
 """Diagnostic: do the vision towers learn glyphs faster alone than inside the whole model?
 
-    python benchmarks/towers_first.py [--steps 600] [--stage line] [--from MODEL_FILES] [--bf16]
+    python research/towers_first.py [--steps 600] [--stage line] [--from MODEL_FILES] [--bf16]
 
 Two variants of one jina-ocr-tiny model train side by side on the same pages of a curriculum stage (the
 pages a ``jina-ocr train sft`` run of that stage sees), with the same optimizer and rate:
 
 - **towers alone**: SAM, CLIP and the projector with the training-only glyph head, on the glyph loss
-  only (the towers-first phase of ``train sft --towers-first``);
+  only (the towers-first phase of a ``train sft`` run whose recipe sets ``towers_first``);
 - **whole model**: everything, on the next-token loss plus the glyph and alignment losses (a run
   without that phase).
 

@@ -1,6 +1,6 @@
 """Diagnostic: how well model files read the target format as its body lines move apart.
 
-    python benchmarks/leading.py [--model FILES] [--pages 8] [--lines 2 5 8] [--threads 2]
+    python research/leading.py [--model FILES] [--pages 8] [--lines 2 5 8] [--threads 2]
 
 The target format sets 18-22 pt body lines 1.15-1.5 times their size apart, closer than the 37.2 pt
 rows of visual tokens of the ``base`` mode, so most rows hold parts of two lines. These pages are the
