@@ -8,10 +8,14 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``jina_ocr.convert`` (from :mod:`jina_ocr.services.conversion`) without importing PyMuPDF and Pillow for
-    every ``import jina_ocr``; the module has another name so that importing it cannot shadow the function."""
+    """``jina_ocr.convert`` (from :mod:`jina_ocr.services.conversion`) and ``jina_ocr.load`` (from
+    :mod:`jina_ocr.loading`) without importing torch, PyMuPDF and Pillow for every ``import jina_ocr``."""
     if name == "convert":
         from jina_ocr.services.conversion import convert
 
         return convert
+    if name == "load":
+        from jina_ocr.loading import load
+
+        return load
     raise AttributeError(f"module 'jina_ocr' has no attribute {name!r}")

@@ -21,7 +21,9 @@ import pytest
 from test_documents import damaged_pdf, handwritten_pdf
 
 from jina_ocr.cli import main
-from jina_ocr.commands.convert import _TokenMeter, write_atomic
+from jina_ocr.commands._output import write_atomic
+from jina_ocr.commands.convert import _TokenMeter
+from jina_ocr.runtime import documents
 from jina_ocr.services import conversion
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +67,22 @@ def test_json_to_stdout_without_fastmtp(run, fixtures_dir):
     assert status == 0, err
     record = json.loads(out)
     assert [p["page"] for p in record["pages"]] == [1] and record["pages"][0]["fastmtp"] is None
+
+
+def test_each_input_is_opened_once(run, fixtures_dir, tmp_path, monkeypatch):
+    """Checked before the model loads and then converted: the same open document, not a second open."""
+    opened = []
+    open_document = documents.open_document
+
+    def counted(source, **options):
+        opened.append(options["name"])
+        return open_document(source, **options)
+
+    monkeypatch.setattr(documents, "open_document", counted)
+    image = fixtures_dir / "tesseract" / "eurotext.tif"
+    status, _, err = run(SAMPLE, image, "-o", tmp_path / "out")
+    assert status == 0, err
+    assert opened == [str(SAMPLE), str(image)]
 
 
 def test_corrupt_pdf_fails_before_the_model_loads(fixtures_dir, tmp_path, capsys):
@@ -312,7 +330,7 @@ def test_a_device_this_machine_lacks_is_a_usage_error(run, tmp_path):
 
 def test_ctrl_c_while_the_model_loads(run, tiny_export, tmp_path, monkeypatch):
     """SIGINT delivered while the weights load: exit 130, one line, nothing written."""
-    import transformers
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     model = tmp_path / "model"  # a folder of its own: the loaded-model cache must not answer for it
     shutil.copytree(tiny_export, model)
@@ -320,7 +338,8 @@ def test_ctrl_c_while_the_model_loads(run, tiny_export, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", interrupted)
+    # jina_ocr.loading builds the model with the installed class, not through the auto classes
+    monkeypatch.setattr(JinaOCRForConditionalGeneration, "from_pretrained", interrupted)
     status, _, err = run(SAMPLE, "-o", tmp_path / "out", model=model)
     assert status == 130
     assert one_line_error(err) == (

@@ -16,6 +16,7 @@ import jina_ocr
 from jina_ocr import loading
 from jina_ocr.errors import UserError
 from jina_ocr.loading import resolve_model
+from jina_ocr.runtime import documents
 from jina_ocr.runtime.documents import PageRangeError, PasswordError, PdfDocument, UnknownFormatError
 from jina_ocr.services import conversion
 from jina_ocr.services.conversion import Converter
@@ -189,3 +190,19 @@ def test_the_bundled_model_says_once_that_it_is_the_demo_model(tiny_export, tmp_
     resolve_model(None)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bundled jina-ocr-tiny" in err and "not jina-ocr-v1" in err
+
+
+def test_a_document_is_opened_once_checked_before_the_model_loads_and_then_converted(
+    tiny_export, fixtures_dir, monkeypatch
+):
+    opened = []
+    open_document = documents.open_document
+
+    def counted(source, **options):
+        opened.append(source)
+        return open_document(source, **options)
+
+    monkeypatch.setattr(documents, "open_document", counted)
+    scan = fixtures_dir / "tesseract" / "phototest.tif"
+    assert [r.ok for r in jina_ocr.convert(scan, model=tiny_export, max_new_tokens=2)] == [True]
+    assert opened == [scan]

@@ -14,7 +14,6 @@ import pytest
 from PIL import Image
 
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.runtime.documents import (
     BLANK_TOLERANCE,
     CorruptDocumentError,
@@ -32,6 +31,7 @@ from jina_ocr.runtime.documents import (
     open_document,
     select_pages,
 )
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 
 
 def pdf_with_pages(count: int, size=(612, 792)) -> bytes:

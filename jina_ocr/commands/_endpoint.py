@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jina_ocr.commands import _resume
+from jina_ocr.commands._options import check_positive
 from jina_ocr.errors import UserError
 from jina_ocr.services import endpoints
 
@@ -99,8 +100,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         )
     if args.resume and args.output is None:
         raise UserError("--resume needs -o OUT_DIR")
-    if args.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
+    check_positive(args, "concurrency")
     if args.retries < 0:
         raise UserError("--retries must be 0 or more")
     if args.timeout <= 0 or args.cooldown < 0:
@@ -108,7 +108,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def prepare(args: argparse.Namespace, jobs: list):
-    """The endpoint converter with ``jobs`` scheduled, and the jobs left to do (all, unless resuming)."""
+    """The endpoint converter with ``jobs`` scheduled, and the jobs left to do (all, unless resuming);
+    the converter closes the documents of the jobs it was given, the caller those of the others."""
     converter = endpoints.EndpointConverter(
         args.endpoint,
         served_model=args.served_model,
@@ -126,7 +127,7 @@ def prepare(args: argparse.Namespace, jobs: list):
             if args.resume:
                 jobs = _resume.remaining(args.output, options, jobs)
             _resume.write_record(args.output, options)
-        converter.schedule([(job.source, job.numbers) for job in jobs], args.password)
+        converter.schedule([(job.document, job.numbers) for job in jobs])
     except BaseException:
         converter.close()
         raise

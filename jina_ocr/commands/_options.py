@@ -5,10 +5,27 @@ from __future__ import annotations
 import argparse
 
 from jina_ocr.errors import UserError
+from jina_ocr.remote_code.processing_jina_ocr import MODES, TILE_SIZE
 from jina_ocr.runtime.documents import DEFAULT_DPI
 from jina_ocr.services.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
 
-MODES = ("tiny", "small", "base", "large", "gundam")
+
+def check_positive(args: argparse.Namespace, *names: str) -> None:
+    """Options that count something (pages, tokens, dots per inch, pixels, requests) must be at least 1:
+    checked before anything loads, the message naming the flag as typed."""
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
+def _mode_help() -> str:
+    """The resolution modes, written from the processor's own table so the help cannot drift from it."""
+    sizes = [
+        f"{name} {size} px" + (f" plus {TILE_SIZE} px tiles" if tiled else "")
+        for name, (size, tiled) in MODES.items()
+    ]
+    return ", ".join(sizes)
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +36,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
         choices=MODES,
-        help="resolution: tiny 512 px, small 640, base 1024, large 1280, gundam 1024 plus 640 px tiles "
-        "(default: the model's, gundam for jina-ocr-v1)",
+        help=f"resolution: {_mode_help()} (default: the model's, gundam for jina-ocr-v1)",
     )
     parser.add_argument(
         "--device", help="torch device, e.g. cuda, cuda:1, mps, cpu (default: best available)"

@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+from jina_ocr.commands._output import write_atomic
 from jina_ocr.errors import UserError
 from jina_ocr.runtime.documents import PageSelection
 from jina_ocr.services.conversion import PAGE_MARKER
@@ -43,17 +44,14 @@ def text_options(args: argparse.Namespace, served_model: str) -> dict:
 
 
 def write_record(folder: Path, options: dict) -> None:
-    from jina_ocr.commands.convert import write_atomic
-
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / RECORD, json.dumps(options, indent=2) + "\n")
 
 
 def remaining(folder: Path, options: dict, jobs: list) -> list:
     """The jobs (:class:`jina_ocr.commands.convert.Job`) whose documents are not done in ``folder``;
-    refuses a record with other options."""
-    from jina_ocr.commands.convert import _report
-
+    refuses a record with other options. The caller reports how many were done (and closes their
+    documents)."""
     outputs = [folder / job.output for job in jobs]
     record_path = folder / RECORD
     if not record_path.is_file():
@@ -71,10 +69,7 @@ def remaining(folder: Path, options: dict, jobs: list) -> list:
     ]
     if changed:
         raise UserError(f"--resume: {folder} was converted with other options: {'; '.join(changed)}")
-    left = [job for job, output in zip(jobs, outputs, strict=True) if not _done(output, job.numbers)]
-    if len(left) < len(jobs):
-        _report(f"resuming: {len(jobs) - len(left)} of {len(jobs)} documents already converted")
-    return left
+    return [job for job, output in zip(jobs, outputs, strict=True) if not _done(output, job.numbers)]
 
 
 def _done(output: Path, numbers: list[int]) -> bool:

@@ -26,15 +26,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jina_ocr.commands import _endpoint
-from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
+from jina_ocr.commands._options import (
+    add_fetch_arguments,
+    add_runtime_arguments,
+    check_positive,
+    fetch_policy,
+)
+from jina_ocr.commands._output import write_atomic
 from jina_ocr.errors import UserError
 from jina_ocr.runtime.documents import (
     DEFAULT_MAX_PIXELS,
+    Document,
     DocumentError,
     PageSelection,
     PasswordError,
     find_documents,
-    open_document,
+    open_selection,
 )
 from jina_ocr.services.conversion import (
     DEFAULT_BATCH_SIZE,
@@ -97,10 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Job:
-    """One document to convert: its bytes' origin, its name, its output file name and its pages."""
+    """One document to convert: the document, its name, its output file name and its pages."""
 
-    source: Path | bytes
-    """The file, or the bytes fetched from a URL."""
+    document: Document
+    """Opened once, when the inputs are checked before the model loads, and converted as it is."""
     label: str
     """How messages and outputs name the document: the path or the URL as given."""
     output: str
@@ -154,22 +161,6 @@ def _report(message: str) -> None:
     tqdm.write(f"jina-ocr convert: {message}", file=sys.stderr)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes the file private; the output is an ordinary file
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
 def _check_output_folder(folder: Path) -> None:
     """``-o`` must be a folder that can be written, or one that can be made: checked before anything
     loads, because the first write comes only after the model has loaded and converted a document."""
@@ -185,6 +176,53 @@ def _check_output_folder(folder: Path) -> None:
         raise UserError(f"-o {folder}: cannot write in {existing} ({error.strerror})") from None
 
 
+def _allow_open_documents(count: int) -> None:
+    """Let ``count`` documents be open at once: each input stays open (one file descriptor) from its
+    check before the model loads to the end of its conversion, and the soft limit on open files is
+    1024 on many systems, 256 on macOS. It is raised as far as the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # Windows, whose C runtime allows thousands of open files
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count + 256  # the interpreter's own files, the model's, sockets
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):  # refused: inputs past the limit fail to open
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def _open_jobs(items: list[Path | str], names: list[str], selection, args) -> tuple[list[Job], bool]:
+    """Every input opened once (URLs fetched first), so that bad files, refused URLs and page ranges
+    are reported before the model loads and the progress bar knows the total; True as well if any
+    input failed. Fetched documents stay in memory until they are converted."""
+    policy = fetch_policy(args, max_bytes=int(args.max_fetch_mb * 1024 * 1024))
+    _allow_open_documents(len(items))
+    jobs: list[Job] = []
+    failed = False
+    for item, output in zip(items, names, strict=True):
+        label = str(item)
+        try:
+            source = fetch(item, policy) if isinstance(item, str) else item
+            document, numbers = open_selection(
+                source,
+                selection,
+                name=label,
+                password=args.password,
+                dpi=args.dpi,
+                max_pixels=args.max_pixels,
+            )
+            jobs.append(Job(document, label, output, numbers))
+        except PasswordError as error:
+            _report(f"error: {error}" + ("" if args.password else "; pass it with --password"))
+            failed = True
+        except (DocumentError, FetchError) as error:
+            _report(f"error: {error}")
+            failed = True
+    return jobs, failed
+
+
 def run(args: argparse.Namespace) -> int:
     from jina_ocr.loading import resolve_device
 
@@ -195,38 +233,26 @@ def run(args: argparse.Namespace) -> int:
         _check_output_folder(args.output)
     resolve_device(args.device)  # a device this machine lacks is a usage error, before any work
     items = _expand(args.inputs)
-    for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    check_positive(args, "batch_size", "max_new_tokens", "dpi", "max_pixels")
     if not args.max_fetch_mb > 0:
         raise UserError("--max-fetch-mb must be positive")
+    jobs, failed = _open_jobs(items, output_names(items, suffix), selection, args)
+    try:
+        status = _run_jobs(jobs, args) if jobs else 1
+    finally:
+        for job in jobs:  # a converted document is closed already; closing it again does nothing
+            job.document.close()
+    return 1 if failed and status == 0 else status
 
-    # Open every input once up front (fetching URLs): bad files, refused URLs and page ranges are
-    # reported before the model loads, and the progress bar knows the total. Fetched documents stay
-    # in memory until they are converted.
-    policy = fetch_policy(args, max_bytes=int(args.max_fetch_mb * 1024 * 1024))
-    failed = False
-    jobs: list[Job] = []
-    for item, output in zip(items, output_names(items, suffix), strict=True):
-        label = str(item)
-        try:
-            source = fetch(item, policy) if isinstance(item, str) else item
-            with open_document(
-                source, name=label, password=args.password, dpi=args.dpi, max_pixels=args.max_pixels
-            ) as document:
-                jobs.append(Job(source, label, output, document.select(selection)))
-        except PasswordError as error:
-            _report(f"error: {error}" + ("" if args.password else "; pass it with --password"))
-            failed = True
-        except (DocumentError, FetchError) as error:
-            _report(f"error: {error}")
-            failed = True
-    if not jobs:
-        return 1
 
+def _run_jobs(jobs: list[Job], args: argparse.Namespace) -> int:
+    """Load the model (or reach the endpoints) and convert ``jobs``; the exit status."""
     converter = None  # a local model is loaded only without --endpoint
     if args.endpoint:
-        converter, jobs = _endpoint.prepare(args, jobs)
+        converter, todo = _endpoint.prepare(args, jobs)
+        if len(todo) < len(jobs):
+            _report(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} documents already converted")
+        jobs = todo
     try:
         converter = converter or Converter.from_pretrained(
             args.model,
@@ -246,14 +272,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
     try:
-        failed |= _convert_all(converter, jobs, args)
+        return 1 if _convert_all(converter, jobs, args) else 0
     except KeyboardInterrupt:
         _report("interrupted; files already written are complete, the current one was not written")
         return 130
     finally:
         if args.endpoint:
             converter.close()
-    return 1 if failed else 0
 
 
 class _TokenMeter:
@@ -298,14 +323,7 @@ def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
             if to_stdout and args.format == "md" and len(jobs) > 1:
                 sys.stdout.write(html_comment(f"document: {job.label}") + "\n\n")
             results = []
-            try:
-                stream = converter.convert(job.source, job.numbers, password=args.password, name=job.label)
-            except DocumentError as error:  # changed since it was first opened
-                _report(f"error: {error}")
-                failed = True
-                bar.update(len(job.numbers))
-                continue
-            for result in stream:
+            for result in converter.convert(job.document, job.numbers):
                 results.append(result)
                 if not result.ok:
                     failed = True

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jina_ocr.commands._options import add_fetch_arguments, add_runtime_arguments, fetch_policy
+from jina_ocr.commands._options import (
+    add_fetch_arguments,
+    add_runtime_arguments,
+    check_positive,
+    fetch_policy,
+)
 from jina_ocr.errors import UserError
 from jina_ocr.loading import resolve_model
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
@@ -74,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
             "pip install 'jina-ocr[serve]'"
         ) from None
 
-    for name in ("batch_size", "max_new_tokens", "dpi", "max_pages", "max_pixels", "max_request_mb"):
-        if getattr(args, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive")
+    check_positive(args, "batch_size", "max_new_tokens", "dpi", "max_pages", "max_pixels")
+    if not args.max_request_mb > 0:
+        raise UserError("--max-request-mb must be positive")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, not {args.port}")
     if args.allow_private_urls and not args.allow_urls:

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from jina_ocr.commands._options import check_positive
 from jina_ocr.errors import UserError
 
 NAME = "synth"
@@ -45,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from jina_ocr.synth.page import PageTooSmallError
     from jina_ocr.synth.tex import TexMissingError
 
-    if args.n < 1:
-        raise UserError(f"--n must be at least 1, got {args.n}")
+    check_positive(args, "n")
     if not 1 <= args.jobs <= (os.cpu_count() or 1) * 4:
         raise UserError(f"--jobs must be between 1 and {(os.cpu_count() or 1) * 4}, got {args.jobs}")
     if not 36 <= args.dpi <= 600:

@@ -38,6 +38,9 @@ from typing import Any
 import torch
 from transformers.generation import StoppingCriteria, StoppingCriteriaList
 
+from jina_ocr.remote_code.generation.settings import token_ids
+from jina_ocr.runtime.checks import positive_int
+
 
 class Cancelled(Exception):
     """The outcome of a page whose request was cancelled before its text was done."""
@@ -80,8 +83,8 @@ def batches(items: Iterable, size: int | None) -> Iterator[list]:
     ``items`` produces pages lazily at most ``size`` of them are alive at a time, even in a plain
     ``for`` loop.
     """
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"batch_size must be a positive whole number, not {size!r}")
+    if size is not None:
+        positive_int("batch_size", size)
     group: list = []
     for item in items:
         group.append(item)
@@ -91,10 +94,6 @@ def batches(items: Iterable, size: int | None) -> Iterator[list]:
     if group:
         yield group
         group.clear()
-
-
-def _ids(value) -> list[int]:
-    return [] if value is None else [value] if isinstance(value, int) else list(value)
 
 
 class _SharedClock:
@@ -214,9 +213,9 @@ class BatchDriver:
         )
         kwargs = dict(self.generate_kwargs)
         config = self.model.generation_config
-        eos = _ids(kwargs.get("eos_token_id", config.eos_token_id))
-        eos = eos or _ids(self.model.config.eos_token_id)
-        trailing = set(eos) | set(_ids(kwargs.get("pad_token_id", config.pad_token_id)))
+        eos = token_ids(kwargs.get("eos_token_id", config.eos_token_id))
+        eos = eos or token_ids(self.model.config.eos_token_id)
+        trailing = set(eos) | set(token_ids(kwargs.get("pad_token_id", config.pad_token_id)))
         limits = self._limits([pages[i] for i in live], kwargs)
         if all(limit is not None for limit in limits):
             kwargs["max_new_tokens"] = max(limits)

@@ -27,29 +27,24 @@ from PIL import Image
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import (
-    DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
-    MUPDF_LOCK,
+    SNIFF_BYTES,
     EmptyPageError,
     PageError,
     PageTooLargeError,
     check_image_size,
-    check_pdf_page_size,
     decode_image,
     open_image,
-    pdf_page_size,
-    render_pdf_page,
+    starts_like_a_pdf,
     starts_like_an_image,
     upright_size,
 )
+from jina_ocr.runtime.checks import positive_int
+from jina_ocr.runtime.pdf import DEFAULT_DPI, MUPDF_LOCK, check_pdf_page_size, pdf_page_size, render_pdf_page
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp"})
 DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
 """File name endings a folder listing treats as documents (the format itself is read from the bytes)."""
-
-SNIFF_BYTES = 1024
-"""How many first bytes :func:`sniff` reads: PDF readers accept junk before ``%PDF-`` within the first
-KiB, and so do we."""
 
 NOT_A_DOCUMENT = "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image"
 
@@ -196,7 +191,8 @@ class Document(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release the file (or buffer) behind the document."""
+        """Release the file (or buffer) behind the document; closing it again does nothing, so that
+        whoever holds it may close it on the way out whether or not a conversion already did."""
 
     def select(self, pages: PagesArgument = None) -> list[int]:
         """The page numbers a selection means for this document (see :func:`select_pages`)."""
@@ -278,7 +274,8 @@ class PdfDocument(Document):
 
     def close(self) -> None:
         with MUPDF_LOCK:
-            self._doc.close()
+            if not self._doc.is_closed:
+                self._doc.close()
 
 
 class ImageDocument(Document):
@@ -332,7 +329,7 @@ def _plural(count: int, noun: str) -> str:
 def sniff(head: bytes) -> str | None:
     """'pdf', 'image' or None from a file's first bytes (:data:`SNIFF_BYTES` of them); the name's
     suffix, like a server's Content-Type, is never trusted."""
-    if b"%PDF-" in head[:SNIFF_BYTES]:
+    if starts_like_a_pdf(head):
         return "pdf"
     if starts_like_an_image(head):
         return "image"
@@ -356,8 +353,7 @@ def open_document(
     """
     if isinstance(dpi, bool) or not isinstance(dpi, int) or not 18 <= dpi <= 1200:
         raise UserError(f"dpi must be a whole number from 18 to 1200, not {dpi!r}")
-    if not isinstance(max_pixels, int) or max_pixels < 1:
-        raise UserError(f"max_pixels must be a positive whole number, not {max_pixels!r}")
+    positive_int("max_pixels", max_pixels)
     if isinstance(source, bytes | bytearray | memoryview):
         data: bytes | None = bytes(source)
         label = name or "<bytes>"
@@ -379,6 +375,8 @@ def open_document(
             raise DocumentError(label, "permission denied") from None
         except IsADirectoryError:
             raise DocumentError(label, "is a directory, not a document") from None
+        except OSError as error:  # too many open files, an I/O error of the disk, ...
+            raise DocumentError(label, f"cannot be read ({error.strerror or error})") from None
     if size == 0:
         raise EmptyDocumentError(label, "is empty (0 bytes)")
     kind = sniff(head)
@@ -387,6 +385,22 @@ def open_document(
     if kind == "image":
         return _open_image(source if data is None else data, label, dpi, max_pixels)
     raise UnknownFormatError(label, NOT_A_DOCUMENT)
+
+
+def open_selection(
+    source: str | os.PathLike | bytes | Document, pages: PagesArgument = None, **options
+) -> tuple[Document, list[int]]:
+    """``source`` open and ``pages`` resolved against it; raises :class:`DocumentError` for either,
+    leaving nothing open. ``source`` is what :func:`open_document` takes (``options`` as it takes them)
+    or a :class:`Document` opened already, which is used as it is: a caller that opened a document to
+    check it early (``jina-ocr convert`` opens every input before the model loads) hands it down
+    instead of having it opened a second time."""
+    document = source if isinstance(source, Document) else open_document(source, **options)
+    try:
+        return document, document.select(pages)
+    except BaseException:
+        document.close()
+        raise
 
 
 def _open_pdf(source, label: str, password: str | None, dpi: int, max_pixels: int) -> PdfDocument:

@@ -5,7 +5,7 @@
 ...     print(page.page, page.markdown)
 
 Pages render lazily (see :mod:`jina_ocr.runtime.documents`) and go through the model in batches of up to
-``batch_size``, run by the batch driver of the remote code (batching_jina_ocr.py); results stream out
+``batch_size``, run by the batch driver (:mod:`jina_ocr.runtime.batching`); results stream out
 as each batch finishes, so memory holds one batch of pages at a time whatever the length of the
 document. A page that cannot be rendered or generated comes back with ``error`` set and the others
 still convert; errors about the whole document (unreadable file, wrong password, page out of range)
@@ -27,6 +27,7 @@ from jina_ocr.errors import UserError
 from jina_ocr.loading import load
 from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.batching import BatchDriver, Generation, Page, batches
+from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -34,8 +35,10 @@ from jina_ocr.runtime.documents import (
     DocumentError,
     PagesArgument,
     is_blank,
-    open_document,
+    open_selection,
 )
+from jina_ocr.runtime.results import PageResult, blank_generation
+from jina_ocr.services.endpoints import EndpointConverter, RetryPolicy, closing_stream
 from jina_ocr.services.fetch import FetchPolicy, fetch, looks_like_url
 
 DEFAULT_BATCH_SIZE = 4
@@ -43,59 +46,6 @@ DEFAULT_BATCH_SIZE = 4
 PAGE_MARKER = "<!-- page {page} -->"
 """Line that starts each page in Markdown output: an HTML comment, invisible when rendered, that keeps
 the page number of every chunk (page selections make numbers non-consecutive)."""
-
-
-@dataclass
-class PageResult:
-    """One page's outcome. ``error`` is None on success, else the reason and ``markdown`` is None.
-
-    ``seconds`` is the page's share of the wall time of its batch (render, preprocessing, generation,
-    decoding), so the seconds of a document add up to its conversion time. ``tokens`` counts generated
-    tokens without the end-of-sequence and padding tokens. ``fastmtp`` holds the FastMTP statistics of
-    the ``generate`` call the page was part of (its batch) up to the step that finished the page, or
-    None without FastMTP.
-    """
-
-    source: str
-    page: int
-    markdown: str | None = None
-    tokens: int = 0
-    seconds: float = 0.0
-    fastmtp: dict | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @classmethod
-    def converted(cls, source: str, page: int, generation: Generation, render_seconds: float) -> PageResult:
-        """A successful page: what ``generate`` made of it, timed from rendering to decoding."""
-        return cls(
-            source,
-            page,
-            markdown=generation.markdown,
-            tokens=generation.tokens,
-            seconds=render_seconds + generation.seconds,
-            fastmtp=generation.fastmtp,
-        )
-
-    def to_dict(self) -> dict:
-        """The per-page JSON object of ``jina-ocr convert --format json`` and ``POST /v1/documents``."""
-        return {
-            "page": self.page,
-            "markdown": self.markdown,
-            "tokens": self.tokens,
-            "seconds": round(self.seconds, 4),
-            "fastmtp": self.fastmtp,
-            "error": self.error,
-        }
-
-
-def blank_generation() -> Generation:
-    """What a page without ink (:func:`~jina_ocr.runtime.documents.is_blank`) converts to: empty Markdown,
-    no tokens, no time, the model not run."""
-    return Generation(markdown="", tokens=0, prompt_tokens=0, seconds=0.0, fastmtp=None)
 
 
 def document_record(source: str, results: Sequence[PageResult]) -> dict:
@@ -143,17 +93,6 @@ class RenderedPage:
         return PageResult.converted(source, self.number, blank_generation(), self.seconds)
 
 
-def open_selection(source, pages: PagesArgument, **options) -> tuple[Document, list[int]]:
-    """``source`` opened (``options`` as :func:`open_document` takes them) and ``pages`` resolved
-    against it; raises :class:`DocumentError` for either, leaving nothing open."""
-    document = open_document(source, **options)
-    try:
-        return document, document.select(pages)
-    except BaseException:
-        document.close()
-        raise
-
-
 def render_batches(
     document: Document, numbers: Sequence[int], batch_size: int
 ) -> Iterator[list[RenderedPage]]:
@@ -197,9 +136,7 @@ class Converter:
 
     def __post_init__(self):
         for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{name} must be a positive whole number, not {value!r}")
+            positive_int(name, getattr(self, name))
 
     @classmethod
     def from_pretrained(
@@ -249,13 +186,17 @@ class Converter:
 
     def convert(
         self,
-        source: str | os.PathLike | bytes,
+        source: str | os.PathLike | bytes | Document,
         pages: PagesArgument = None,
         *,
         password: str | None = None,
         name: str | None = None,
     ) -> Iterator[PageResult]:
-        """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results."""
+        """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results.
+
+        A :class:`Document` opened already is converted as it is (its own dpi and pixel limit; see
+        :func:`~jina_ocr.runtime.documents.open_selection`); either way the document is closed when
+        the results end."""
         document, numbers = open_selection(
             source, pages, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
         )
@@ -348,23 +289,6 @@ def convert(
         given = [name for name, value in server_side.items() if value is not None]
         if given:
             raise UserError(f"{', '.join(given)}: set on the server, not with endpoint=")
-        from jina_ocr.services import endpoints
-
-        given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
-        remote = endpoints.EndpointConverter(
-            endpoint,
-            served_model=served_model,
-            api_key=api_key,
-            policy=endpoints.RetryPolicy() if retries is None else endpoints.RetryPolicy(retries=retries),
-            prompt=prompt,
-            **{key: value for key, value in given.items() if value is not None},
-        )
-        try:
-            results = remote.convert(source, pages, password=password, name=name)
-        except BaseException:
-            remote.close()
-            raise
-        return endpoints.closing_stream(remote, results)
     options = dict(
         batch_size=batch_size,
         max_new_tokens=max_new_tokens,
@@ -375,9 +299,36 @@ def convert(
         mode=mode,
     )
     if isinstance(model, Converter):
-        converter = model.with_options(**options)
-    else:
-        with open_document(source, name=name, password=password, dpi=dpi or DEFAULT_DPI) as document:
-            document.select(pages)  # a bad file or page range fails before the model loads
-        converter = Converter.from_pretrained(model, device=device, dtype=dtype).with_options(**options)
-    return converter.convert(source, pages, password=password, name=name)
+        return model.with_options(**options).convert(source, pages, password=password, name=name)
+    # Opened once, before the model loads or the endpoints are asked, so that a bad file or page
+    # range fails fast; the converter then takes the open document.
+    document, numbers = open_selection(
+        source,
+        pages,
+        name=name,
+        password=password,
+        dpi=DEFAULT_DPI if dpi is None else dpi,
+        max_pixels=DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
+    )
+    try:
+        if endpoint is None:
+            converter = Converter.from_pretrained(model, device=device, dtype=dtype).with_options(**options)
+            return converter.convert(document, numbers)
+        given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
+        remote = EndpointConverter(
+            endpoint,
+            served_model=served_model,
+            api_key=api_key,
+            policy=RetryPolicy() if retries is None else RetryPolicy(retries=retries),
+            prompt=prompt,
+            **{key: value for key, value in given.items() if value is not None},
+        )
+    except BaseException:
+        document.close()
+        raise
+    try:
+        results = remote.convert(document, numbers)
+    except BaseException:
+        remote.close()
+        raise
+    return closing_stream(remote, results)

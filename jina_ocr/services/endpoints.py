@@ -37,6 +37,7 @@ from PIL import Image
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.generation import settings
+from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -44,9 +45,9 @@ from jina_ocr.runtime.documents import (
     DocumentError,
     PagesArgument,
     is_blank,
-    open_document,
+    open_selection,
 )
-from jina_ocr.services.conversion import DEFAULT_MAX_NEW_TOKENS, PageResult, blank_generation, open_selection
+from jina_ocr.runtime.results import PageResult, blank_generation
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_RETRIES = 5
@@ -345,20 +346,12 @@ def png_bytes(image: Image.Image) -> bytes:
 
 @dataclass
 class _Planned:
-    """A document whose pages are (or will be) in flight, and the futures of its pages in order."""
+    """An open document whose pages are (or will be) in flight, and the futures of its pages in order."""
 
-    source: str | os.PathLike | bytes
+    document: Document
     numbers: list[int]
-    password: str | None = None
-    name: str | None = None
-    document: Document | None = None
-    error: DocumentError | None = None
     futures: list[Future | None] = field(default_factory=list)
     consumed: int = 0
-
-    @property
-    def label(self) -> str:
-        return self.name or (self.document.source if self.document else str(self.source))
 
 
 class EndpointConverter:
@@ -379,14 +372,13 @@ class EndpointConverter:
         concurrency: int = DEFAULT_CONCURRENCY,
         policy: RetryPolicy | None = None,
         prompt: str | None = None,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens: int = settings.DEFAULT_MAX_NEW_TOKENS,
         dpi: int = DEFAULT_DPI,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ):
         numbers = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
         for name, value in numbers.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{name} must be a positive whole number, not {value!r}")
+            positive_int(name, value)
         policy = policy or RetryPolicy()
         if policy.retries < 0:
             raise UserError(f"retries must be 0 or more, not {policy.retries}")
@@ -435,40 +427,42 @@ class EndpointConverter:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def schedule(self, jobs: Iterable[tuple[str | os.PathLike, Sequence[int]]], password: str | None = None):
-        for source, numbers in jobs:
-            self._plan.append(_Planned(source, list(numbers), password))
+    def schedule(self, jobs: Iterable[tuple[Document, Sequence[int]]]) -> None:
+        """Announce open documents and their pages; each is closed once converted or dropped."""
+        for document, numbers in jobs:
+            self._plan.append(_Planned(document, list(numbers)))
         self._fill()
 
     def convert(
         self,
-        source: str | os.PathLike | bytes,
+        source: str | os.PathLike | bytes | Document,
         pages: PagesArgument = None,
         *,
         password: str | None = None,
         name: str | None = None,
     ) -> Iterator[PageResult]:
-        """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results."""
+        """Open ``source`` and check ``pages`` now (raising :class:`DocumentError`), then stream results.
+
+        The next scheduled document, asked for with its scheduled pages, goes on with the pages already
+        in flight; anything else drops the plan. A :class:`Document` opened already is converted as it
+        is (see :func:`~jina_ocr.runtime.documents.open_selection`)."""
         head = self._plan[0] if self._plan else None
         scheduled = (
             head is not None
-            and head.source == source
-            and head.password == password
+            and head.document is source
             and isinstance(pages, Sequence)
             and head.numbers == list(pages)
         )
         if not scheduled:  # not what schedule() announced: the plan is dropped
             while self._plan:
-                self._drop(self._plan.popleft())
+                entry = self._plan.popleft()
+                self._drop(entry, close=entry.document is not source)
             document, numbers = open_selection(
                 source, pages, name=name, password=password, dpi=self.dpi, max_pixels=self.max_pixels
             )
-            head = _Planned(source, numbers, password, name, document)
+            head = _Planned(document, numbers)
             self._plan.append(head)
         self._fill()
-        if head.error is not None:
-            self._plan.popleft()
-            raise head.error
         return self._stream(head)
 
     def _stream(self, entry: _Planned) -> Iterator[PageResult]:
@@ -486,36 +480,27 @@ class EndpointConverter:
             self._drop(entry)
         self._fill()
 
-    def _drop(self, entry: _Planned) -> None:
+    def _drop(self, entry: _Planned, close: bool = True) -> None:
         for future in entry.futures:
             if future is not None:
                 future.cancel()
         entry.futures = [None] * len(entry.futures)
         entry.consumed = len(entry.numbers)
-        if entry.document is not None:
+        if close:
             entry.document.close()
 
     def _fill(self) -> None:
         """Send pages, in document and page order, until the window of unread pages is full."""
         outstanding = sum(len(e.futures) - e.consumed for e in self._plan)
         for entry in self._plan:
-            if outstanding >= self._window:
-                return
-            if entry.error is not None or len(entry.futures) == len(entry.numbers):
-                continue
-            if entry.document is None:
-                try:
-                    entry.document = open_document(
-                        entry.source, password=entry.password, dpi=self.dpi, max_pixels=self.max_pixels
-                    )
-                except DocumentError as error:  # changed since it was first opened
-                    entry.error = error
-                    continue
             while len(entry.futures) < len(entry.numbers) and outstanding < self._window:
                 future: Future = Future()
-                self._tasks.put((entry.document, entry.label, entry.numbers[len(entry.futures)], future))
+                number = entry.numbers[len(entry.futures)]
+                self._tasks.put((entry.document, entry.document.source, number, future))
                 entry.futures.append(future)
                 outstanding += 1
+            if outstanding >= self._window:
+                return
 
     def _work(self) -> None:
         while (task := self._tasks.get()) is not None:

@@ -27,6 +27,7 @@ the network backend, which is where the address check has to sit. Each refusal i
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 import re
 import socket
@@ -38,9 +39,13 @@ from pathlib import PurePosixPath
 import httpcore
 import httpx
 
-from jina_ocr import __version__
 from jina_ocr.errors import UserError
+from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.documents import NOT_A_DOCUMENT, SNIFF_BYTES, sniff
+
+USER_AGENT = f"jina-ocr/{importlib.metadata.version('jina-ocr')}"
+"""Read from the installed distribution, not ``jina_ocr.__version__``: the package's own module sits above
+the services (it re-exports ``convert`` from them)."""
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 """Largest document ``convert`` fetches (the server's limit is its request body limit)."""
@@ -82,8 +87,7 @@ class FetchPolicy:
     allow_private: bool = False
 
     def __post_init__(self):
-        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
-            raise UserError(f"max_bytes must be a positive whole number, not {self.max_bytes!r}")
+        positive_int("max_bytes", self.max_bytes)
         for field in ("timeout", "deadline"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -238,7 +242,7 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
     headers = {
         "Accept": "application/pdf, image/*;q=0.9, */*;q=0.1",
         "Accept-Encoding": "identity",
-        "User-Agent": f"jina-ocr/{__version__}",
+        "User-Agent": USER_AGENT,
     }
     pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(),

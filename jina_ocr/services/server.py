@@ -22,7 +22,7 @@ Endpoints:
 
 Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
 share a prompt and runs them as one ``generate`` call through the batch driver
-(batching_jina_ocr.py). A request is answered as soon as its own pages are done, while the batch goes
+(:mod:`jina_ocr.runtime.batching`). A request is answered as soon as its own pages are done, while the batch goes
 on with the others; a request whose client hangs up is cancelled, and its pages stop generating
 within a step (or never start). Each request keeps at most ``batch_size`` rendered pages in flight,
 so a long PDF does not fill memory. Limits (body size, pages per request, page pixels, queued pages)
@@ -61,17 +61,10 @@ from starlette.exceptions import HTTPException
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
-from jina_ocr.runtime.batching import Cancelled, Page
+from jina_ocr.runtime.batching import Cancelled, Generation, Page
 from jina_ocr.runtime.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
-from jina_ocr.services.conversion import (
-    PAGE_MARKER,
-    Converter,
-    Generation,
-    PageResult,
-    blank_generation,
-    document_markdown,
-    document_record,
-)
+from jina_ocr.runtime.results import PageResult, blank_generation
+from jina_ocr.services.conversion import PAGE_MARKER, Converter, document_markdown, document_record
 from jina_ocr.services.fetch import (
     BodyTooLarge,
     FetchError,
