@@ -12,9 +12,8 @@ Data flow for one page (SPEC: vision, fusion, visual sequence, decoder):
       -> decoder: pre-norm layers, rotary MHA, layer 0 dense SwiGLU, the others MoE (top-k of softmax
          router probabilities, not renormalised, plus shared experts)
 
-Module and parameter names mirror the checkpoint keys, except the routed experts: the model holds
-each layer's experts fused for Transformers' expert kernels and converts the original per-expert
-checkpoints on load and back on save (:mod:`experts_jina_ocr`).
+Module and parameter names mirror the checkpoint keys, except the routed experts, held fused for
+Transformers' expert kernels and converted from and to per-expert checkpoints (:mod:`experts_jina_ocr`).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from .compat_jina_ocr import (
 from .configuration_jina_ocr import JinaOCRConfig
 from .experts_jina_ocr import fuse_on_load, register_conversion
 from .generation.dispatch import generate as fastmtp_generate
+from .generation.fastmtp import positions_from_mask
 from .generation.hooks import install as install_generation_hooks
 
 check_transformers_version()
@@ -55,9 +55,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-# --------------------------------------------------------------------------------------------------
 # SAM ViT-B
-# --------------------------------------------------------------------------------------------------
 
 
 class LayerNorm2d(nn.Module):
@@ -87,11 +85,8 @@ class SAMPatchEmbed(nn.Module):
 
 
 def relative_position_table(q_size: int, k_size: int, rel_pos: torch.Tensor) -> torch.Tensor:
-    """Rows of a relative-position table for every (query, key) pair along one axis.
-
-    The table is learned for one size (2 * size - 1 rows); other sizes interpolate it linearly, as
-    SAM does when the grid differs from the one it was trained on.
-    """
+    """Rows of a relative-position table for every (query, key) pair along one axis; a table learned
+    for another size (2 * size - 1 rows) is interpolated linearly, as SAM does."""
     max_rel_dist = 2 * max(q_size, k_size) - 1
     if rel_pos.shape[0] != max_rel_dist:
         dtype = rel_pos.dtype
@@ -104,11 +99,8 @@ def relative_position_table(q_size: int, k_size: int, rel_pos: torch.Tensor) -> 
 
 
 class SAMAttention(nn.Module):
-    """Multi-head attention over a (B, H, W, C) map with SAM's decomposed relative-position bias.
-
-    The bias is a q-dependent term from ``rel_pos_h`` over rows plus one from ``rel_pos_w`` over
-    columns; it enters as an additive mask, so the attention itself runs through sdpa.
-    """
+    """Multi-head attention over a (B, H, W, C) map with SAM's decomposed relative-position bias (rows
+    from ``rel_pos_h`` plus columns from ``rel_pos_w``), passed to sdpa as an additive mask."""
 
     def __init__(self, config: JinaOCRConfig, input_size: int):
         super().__init__()
@@ -122,14 +114,13 @@ class SAMAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, height, width, dim = x.shape
-        qkv = self.qkv(x).reshape(batch, height * width, 3, self.num_heads, self.head_dim)
+        hw = height * width
+        qkv = self.qkv(x).reshape(batch, hw, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, HW, d)
         r_q = q.reshape(batch * self.num_heads, height, width, self.head_dim)
         rel_h = torch.einsum("bhwc,hkc->bhwk", r_q, relative_position_table(height, height, self.rel_pos_h))
         rel_w = torch.einsum("bhwc,wkc->bhwk", r_q, relative_position_table(width, width, self.rel_pos_w))
-        bias = (rel_h.unsqueeze(-1) + rel_w.unsqueeze(-2)).reshape(
-            batch, self.num_heads, height * width, height * width
-        )
+        bias = (rel_h.unsqueeze(-1) + rel_w.unsqueeze(-2)).reshape(batch, self.num_heads, hw, hw)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         out = out.transpose(1, 2).reshape(batch, height, width, dim)
         return self.proj(out)
@@ -166,18 +157,9 @@ class SAMBlock(GradientCheckpointingLayer):
             pad_h, pad_w = (-height) % ws, (-width) % ws
             x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
             hp, wp = height + pad_h, width + pad_w
-            x = (
-                x.view(batch, hp // ws, ws, wp // ws, ws, dim)
-                .permute(0, 1, 3, 2, 4, 5)
-                .reshape(-1, ws, ws, dim)
-            )
-            x = self.attn(x)
-            x = (
-                x.view(batch, hp // ws, wp // ws, ws, ws, dim)
-                .permute(0, 1, 3, 2, 4, 5)
-                .reshape(batch, hp, wp, dim)
-            )
-            x = x[:, :height, :width]
+            x = x.view(batch, hp // ws, ws, wp // ws, ws, dim).transpose(2, 3).reshape(-1, ws, ws, dim)
+            x = self.attn(x).view(batch, hp // ws, wp // ws, ws, ws, dim).transpose(2, 3)
+            x = x.reshape(batch, hp, wp, dim)[:, :height, :width]
         else:
             x = self.attn(x)
         x = shortcut + x
@@ -227,9 +209,7 @@ class SAMEncoder(nn.Module):
         return self.net_3(self.net_2(x))  # (B, C, S/p, S/p), p = config.pixels_per_visual_token
 
 
-# --------------------------------------------------------------------------------------------------
 # CLIP-L (patch embeddings replaced by SAM's features)
-# --------------------------------------------------------------------------------------------------
 
 
 class CLIPEmbeddings(nn.Module):
@@ -333,9 +313,7 @@ class Projector(nn.Module):
         return self.layers(x)
 
 
-# --------------------------------------------------------------------------------------------------
 # Decoder
-# --------------------------------------------------------------------------------------------------
 
 
 class JinaOCRRMSNorm(nn.Module):
@@ -361,13 +339,9 @@ def rotary_embedding(position_ids: torch.Tensor, head_dim: int, theta: float, dt
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos + _rotate_half(x) * sin
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -458,26 +432,18 @@ class JinaOCRRouter(nn.Module):
 
 @use_experts_implementation
 class JinaOCRExperts(nn.Module):
-    """The routed experts of one MoE layer, fused (:mod:`experts_jina_ocr`): ``gate_up_proj`` (E, 2I, H)
-    and ``down_proj`` (E, H, I). Each expert is a SwiGLU, ``down(silu(gate x) * up x)``.
-
-    ``config.experts_implementation`` picks the forward (Transformers' ``@use_experts_implementation``):
-    grouped_mm (the default: device-side offsets, no host read), batched_mm, or eager, the grouped
-    dispatch below. Checkpoints keep one module per expert; ``load_state_dict`` fuses them on load.
-    """
+    """The routed SwiGLU experts of one MoE layer, fused: ``gate_up_proj`` (E, 2I, H), ``down_proj``
+    (E, H, I). ``config.experts_implementation`` picks the forward: grouped_mm (the default: no host
+    read), batched_mm or eager (``grouped_dispatch``). Per-expert checkpoints are fused on load."""
 
     def __init__(self, config: JinaOCRConfig):
         super().__init__()
-        self.num_experts = config.n_routed_experts
-        self.intermediate_size = config.moe_intermediate_size
-        self.gate_up_proj = nn.Parameter(
-            torch.empty(self.num_experts, 2 * self.intermediate_size, config.hidden_size)
-        )
-        self.down_proj = nn.Parameter(
-            torch.empty(self.num_experts, config.hidden_size, self.intermediate_size)
-        )
-        # The draws ``nn.Linear`` makes at construction, module by module as the per-expert layout did, so
-        # that a seeded model (``_init_weights`` draws after them) is the same in either layout.
+        experts, size = config.n_routed_experts, config.moe_intermediate_size
+        self.num_experts, self.intermediate_size = experts, size
+        self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * size, config.hidden_size))
+        self.down_proj = nn.Parameter(torch.empty(experts, config.hidden_size, size))
+        # The draws ``nn.Linear`` made in the per-expert layout, in its order, so that a seeded model
+        # (``_init_weights`` draws after them) is the same in either layout.
         for block in self._per_expert_blocks():
             nn.init.kaiming_uniform_(block, a=math.sqrt(5))
         self.act_fn = F.silu
@@ -488,15 +454,8 @@ class JinaOCRExperts(nn.Module):
 
     def _per_expert_blocks(self) -> list[torch.Tensor]:
         """Views of each expert's gate, up and down weights, in the per-expert modules' order."""
-        size = self.intermediate_size
-        blocks = []
-        for e in range(self.num_experts):
-            blocks += [
-                self.gate_up_proj.data[e, :size],
-                self.gate_up_proj.data[e, size:],
-                self.down_proj.data[e],
-            ]
-        return blocks
+        gate_up, down, size = self.gate_up_proj.data, self.down_proj.data, self.intermediate_size
+        return [b for e in range(self.num_experts) for b in (gate_up[e, :size], gate_up[e, size:], down[e])]
 
     def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.gate_up_proj[index]).chunk(2, dim=-1)
@@ -507,17 +466,10 @@ class JinaOCRExperts(nn.Module):
 def grouped_dispatch(
     experts_module: JinaOCRExperts, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
-    """The eager forward: grouped dispatch with one read from the device per layer, the token count
-    of every expert.
-
-    Token slots are sorted by expert and each expert that received tokens runs once on its group, so
-    a decode step touches only the k selected experts' weights and Python work does not grow with the
-    number of tokens. The counts decide which experts run, so they reach the host once; the sort, the
-    gather and the weighted scatter back stay on the device. It also serves dtypes that grouped_mm
-    lacks (float64). ``torch.compile`` leaves this data-dependent loop to eager mode: the graph breaks
-    once per MoE layer instead of tracing it (which recompiles the decoder layers until the compiler
-    gives up).
-    """
+    """The eager forward: token slots sorted by expert, each expert that received tokens run once on its
+    group, with one host read per layer (the per-expert counts); the rest stays on the device. Also
+    serves dtypes grouped_mm lacks (float64). Kept out of ``torch.compile``: tracing this data-dependent
+    loop recompiles the decoder layers until the compiler gives up."""
     tokens, top_k = experts.shape
     if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
         outputs = torch.cat([experts_module.expert(expert, x) for expert in experts[0].tolist()])
@@ -628,33 +580,16 @@ def decoder_attention_mask(
     )
 
 
-def positions_from_mask(
-    attention_mask: torch.Tensor | None,
-    query_length: int,
-    past_length: int | torch.Tensor,
-    device: torch.device,
-) -> torch.Tensor:
-    """Position ids 0..L-1 counted over real tokens, so left padding does not shift a page's positions."""
-    if attention_mask is None or attention_mask.ndim == 4:
-        return (past_length + torch.arange(query_length, device=device))[None]
-    positions = attention_mask.long().cumsum(-1) - 1
-    return positions.clamp(min=0)[:, -query_length:]
-
-
-# --------------------------------------------------------------------------------------------------
 # FastMTP head
-# --------------------------------------------------------------------------------------------------
 
 
 class JinaOCRMTPHead(nn.Module):
     """One FastMTP draft step: ``x = block(eh_proj([enorm(e(x_{j+1})) ; hnorm(h_j)]))`` predicts x_{j+2}.
 
-    The embedding, the final norm and the LM head are shared with the main model, so the caller passes
-    ``embeddings`` (of the token x_{j+1}) and applies ``model.norm`` and ``lm_head`` to the output.
-    ``position_ids`` are those of the main-model states h_j, vLLM's convention for its MTP drafters;
-    so the entry at rotary position 0 pairs the second token with the first state, and its embedding
-    is zeroed as vLLM does. The block is one dense decoder layer with a KV cache of its own (layer
-    index 0 of that cache).
+    Embedding, final norm and LM head are the main model's: the caller passes the embeddings of x_{j+1}
+    and applies ``model.norm`` and ``lm_head``. ``position_ids`` are those of h_j (vLLM's convention),
+    and the entry at position 0 has its embedding zeroed, as in vLLM (heads stay portable). The block
+    is one dense decoder layer with a KV cache of its own.
     """
 
     def __init__(self, config: JinaOCRConfig):
@@ -674,7 +609,6 @@ class JinaOCRMTPHead(nn.Module):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Returns the block's output before the shared final norm, shape (B, q, hidden)."""
-        # vLLM zeroes the embedding of the entry at rotary position 0; matching it keeps heads portable.
         embeddings = embeddings.masked_fill((position_ids == 0)[..., None], 0.0)
         x = self.eh_proj(torch.cat([self.enorm(embeddings), self.hnorm(hidden)], dim=-1))
         past = cache.get_seq_length() if cache is not None else 0
@@ -693,9 +627,7 @@ class JinaOCRMTPModule(nn.Module):
         self.heads = nn.ModuleList(JinaOCRMTPHead(config) for _ in range(config.num_nextn_predict_layers))
 
 
-# --------------------------------------------------------------------------------------------------
 # Models
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -813,13 +745,9 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
                 f"image_grids asks for {tiles_needed} tiles but pixel_values_local holds {tiles_given}"
             )
         global_features = self.encode_views(pixel_values)
-        local_features = (
-            self.encode_views(
-                _check_pixels(pixel_values_local, "pixel_values_local", self.dtype, token_pixels)
-            )
-            if tiles_needed
-            else None
-        )
+        if tiles_needed:
+            local = _check_pixels(pixel_values_local, "pixel_values_local", self.dtype, token_pixels)
+            local_features = self.encode_views(local)
         sequences, first_tile = [], 0
         for k, (cols, rows) in enumerate(grids):
             parts = []
@@ -836,11 +764,7 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         """Arrange ``rows x cols`` square feature maps as one big grid, a newline vector after each row."""
         side = int(round(views.shape[1] ** 0.5))
         dim = views.shape[-1]
-        grid = (
-            views.view(rows, cols, side, side, dim)
-            .permute(0, 2, 1, 3, 4)
-            .reshape(rows * side, cols * side, dim)
-        )
+        grid = views.view(rows, cols, side, side, dim).transpose(1, 2).reshape(rows * side, cols * side, dim)
         newline = self.image_newline.to(grid.dtype).expand(rows * side, 1, dim)
         return torch.cat([grid, newline], dim=1).reshape(-1, dim)
 
@@ -880,35 +804,24 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache()
-        # A static cache counts its tokens on the device; reading that count would stall a GPU, so it
-        # is read only when pixel inputs make the answer matter.
+        # A static cache counts its tokens on the device: read only when pixel inputs make it matter,
+        # since images are encoded on the first forward only (older releases pass them on every step).
         past_length = cache.get_seq_length() if cache is not None else 0
         cache_length = static_cache_length(cache)
-        # Images are encoded once, on the forward that starts the sequence; later decode steps may
-        # still carry the pixel inputs (older releases do not drop them) and ignore them.
         if pixel_values is not None and int(past_length) == 0:
             if input_ids is None:
                 raise ValueError("images need input_ids to find their <image> placeholders")
             features = self.get_image_features(pixel_values, pixel_values_local, image_grids)
             inputs_embeds = self.merge_image_features(input_ids, inputs_embeds, features)
 
-        query_length = inputs_embeds.shape[1]
+        query_length, dtype, device = inputs_embeds.shape[1], inputs_embeds.dtype, inputs_embeds.device
         if position_ids is None:
-            position_ids = positions_from_mask(
-                attention_mask, query_length, past_length, inputs_embeds.device
-            )
+            position_ids = positions_from_mask(attention_mask, query_length, past_length, device)
+        implementation = self.config._attn_implementation
         mask = decoder_attention_mask(
-            attention_mask,
-            query_length,
-            past_length,
-            inputs_embeds.dtype,
-            inputs_embeds.device,
-            self.config._attn_implementation,
-            cache_length,
+            attention_mask, query_length, past_length, dtype, device, implementation, cache_length
         )
-        rope = rotary_embedding(
-            position_ids, self.config.decoder_head_dim, self.config.rope_theta, inputs_embeds.dtype
-        )
+        rope = rotary_embedding(position_ids, self.config.decoder_head_dim, self.config.rope_theta, dtype)
         hidden = inputs_embeds
         for layer in self.layers:
             hidden = layer(hidden, rope, mask, cache, **kwargs)
@@ -972,11 +885,10 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
     def ocr_pipeline(self, processor=None, **kwargs):
-        """This model as the OCR pipeline shipped with it (page or PDF page in, Markdown out).
+        """This model as its OCR pipeline (``pipeline("image-to-text", trust_remote_code=True)``).
 
-        Equivalent to ``pipeline("image-to-text", model=..., trust_remote_code=True)`` for a model you
-        already hold; ``processor`` defaults to the one saved beside the weights. Importing the
-        pipeline module here also makes ``save_pretrained``/``push_to_hub`` ship it with the code.
+        ``processor`` defaults to the one saved beside the weights. Importing the pipeline module here
+        also makes ``save_pretrained``/``push_to_hub`` ship it with the code.
         """
         from .pipeline_jina_ocr import JinaOCRPipeline
 
@@ -1024,11 +936,7 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         logits = self.logits(hidden[:, keep])
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]),
-                labels[:, 1:].reshape(-1).to(logits.device),
-                ignore_index=-100,
-            )
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten().to(logits.device))
         return with_cache(
             JinaOCRCausalLMOutput,
             output_cache(outputs),
@@ -1049,11 +957,10 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
     ):
         """``GenerationMixin.generate`` plus FastMTP and the loop guard (generation/dispatch.py).
 
-        Extra options, each defaulting to ``generation_config.json``: ``use_mtp`` (FastMTP on or off),
-        ``mtp_num_speculative_steps`` (1..K drafts per step, the upper bound), ``mtp_adaptive_drafting`` (draft
-        fewer while drafts fail, on by default), ``loop_guard_ngram_size`` (0 turns the
-        no-repeat guard off), ``loop_guard_window``, ``loop_guard_exempt_token_ids``. After a FastMTP
-        call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
+        Extra options, defaulting to ``generation_config.json``: ``use_mtp``, ``mtp_num_speculative_steps``
+        (1..K drafts per step, at most), ``mtp_adaptive_drafting`` (draft fewer while drafts fail),
+        ``loop_guard_ngram_size`` (0: no guard), ``loop_guard_window``, ``loop_guard_exempt_token_ids``.
+        After a FastMTP call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
         """
         return fastmtp_generate(
             self,

@@ -1,30 +1,21 @@
-"""FastMTP for a batch of pages: our own speculative loop, since the library's refuses batch size > 1
-(and at batch size 1 too, where it costs less Python per step than the library's; dispatch.py).
+"""FastMTP for a batch of pages: our own speculative loop (the library's refuses batch size > 1, and
+at batch size 1 ours costs less Python per step; dispatch.py).
 
-Every step drafts up to K tokens per row (as many as pay for themselves, down to none while the
-head's drafts fail: see adaptive.py), verifies all rows in one main-model forward, and commits per
-row the longest matching prefix plus one token, exactly as greedy decoding would produce them.
-Acceptance, commits, the loop guard and the statistics are computed for all rows at once on the
-device; the host reads one small tensor per step (how far the best and worst rows got, who finished)
-to steer the loop.
-Rows accept different numbers of drafts, so the caches are kept "padded consistently":
+Every step drafts up to K tokens per row (fewer while drafts fail: adaptive.py), verifies all rows in
+one main-model forward and commits per row the longest matching prefix plus one token, exactly as
+greedy decoding would. All of it runs on the device; the host reads one small tensor per step (how far
+the best and worst rows got, who finished). Rows accept different numbers of drafts, so:
 
 - both KV caches (main model and head) grow by the same number of columns for every row; a row that
-  accepted fewer drafts than the best row of the step leaves masked holes in its columns, and the
-  2-D attention masks skip them (position ids are counted per row and passed to every forward);
-  until the first hole, a batch without padding needs no masks at all (nor does batch size 1 ever);
-- the columns no row accepted are cropped at once, so a step that rejects everything costs no memory;
-- once the holes of the last steps add up to ``COMPACT_AFTER`` columns, and whenever rows leave
-  the batch after holes were made (the row that left may have been the longest), both caches are
-  compacted (``fastmtp.compact``), so holes do not accumulate over a long page;
-- a row that finished (EOS, its token budget, or a row stopping criterion) leaves the batch, caches
-  included.
+  accepted fewer drafts than the best row leaves masked holes, which the 2-D masks skip (positions are
+  counted per row); until the first hole, a batch without padding needs no masks at all;
+- the columns no row accepted are cropped at once;
+- once holes add up to ``COMPACT_AFTER`` columns, and whenever rows leave after holes were made (the
+  row that left may have been the longest), both caches are compacted (``fastmtp.compact``);
+- a finished row (EOS, its token budget, a row stopping criterion) leaves the batch, caches included.
 
-Stopping criteria are honoured when they decide per row from the tokens each step commits (the
-``commit_rows`` method of ``RowStops`` in jina_ocr/runtime/batching.py): the pages' own limits and
-cancellation end rows while the others go on. Options the loop cannot honour (sampling, beams,
-custom logits processors, other stopping criteria, streamers, extra outputs, ...) are refused with
-an error that says what to do instead.
+Stopping criteria with ``commit_rows`` (``RowStops``, jina_ocr/runtime/batching.py) end rows while the
+others go on; options the loop cannot honour are refused with an error that says what to do instead.
 """
 
 from __future__ import annotations
@@ -39,43 +30,22 @@ from .growing_cache import growing_cache
 # Hole columns (summed over steps, for the row that accepted least) after which the caches are compacted.
 COMPACT_AFTER = 32
 
-# GenerationConfig fields that change greedy decoding, with the value that leaves it unchanged.
+# GenerationConfig fields that change greedy decoding, with the value that leaves it unchanged
+# (``cache_implementation``: the loop keeps dynamic caches, which it compacts).
+# fmt: off
 _NEUTRAL_OPTIONS = {
-    "do_sample": False,
-    "num_beams": 1,
-    "num_beam_groups": 1,
-    "num_return_sequences": 1,
-    "penalty_alpha": None,
-    "dola_layers": None,
-    "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "force_words_ids": None,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "sequence_bias": None,
-    "exponential_decay_length_penalty": None,
-    "guidance_scale": None,
-    "watermarking_config": None,
-    "stop_strings": None,
-    "max_time": None,
-    "renormalize_logits": False,
-    "output_scores": False,
-    "output_logits": False,
-    "output_attentions": False,
-    "output_hidden_states": False,
-    "return_dict_in_generate": False,
-    "token_healing": False,
-    "prompt_lookup_num_tokens": None,
-    "assistant_early_exit": None,
-    "cache_implementation": None,  # the loop keeps dynamic caches, which it compacts
+    "do_sample": False, "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1,
+    "penalty_alpha": None, "dola_layers": None, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None,
+    "force_words_ids": None, "min_length": 0, "min_new_tokens": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "sequence_bias": None, "exponential_decay_length_penalty": None, "guidance_scale": None,
+    "watermarking_config": None, "stop_strings": None, "max_time": None, "renormalize_logits": False,
+    "output_scores": False, "output_logits": False, "output_attentions": False, "output_hidden_states": False,
+    "return_dict_in_generate": False, "token_healing": False, "prompt_lookup_num_tokens": None,
+    "assistant_early_exit": None, "cache_implementation": None,
 }
+# fmt: on
 # Model inputs the batched loop passes to the prefill forward.
 _FORWARD_INPUTS = ("pixel_values", "pixel_values_local", "image_grids")
 
@@ -163,17 +133,15 @@ def generate_batched(
     device = input_ids.device
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     stop_ids = torch.tensor(eos_token_ids, dtype=torch.long, device=device)
-    # While no row has padding or holes, every cache column is real: the forwards then take no 2-D
-    # mask (as in the library's loop), so they build no padding mask and count no positions over it.
-    # ``main_mask`` is None for as long as that holds; the one read of the prompt mask decides it.
+    # ``main_mask`` stays None while no row has padding or holes: the forwards then build no padding
+    # mask and count no positions over it, as in the library's loop (one read of the prompt mask).
     dense = attention_mask is None or bool(mask.all())
     main_mask = None if dense else mask
     # Generated tokens of every original row; a spare last column takes the writes of masked slots.
     generated = torch.full((batch, max_new_tokens + 1), pad_token_id, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)  # original row of each row still in the batch
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens generated per row
-    # The same per original row, written when the row leaves the batch.
-    final_lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    final_lengths = torch.zeros(batch, dtype=torch.long, device=device)  # per original row, once it leaves
     guard = _Guard(loop_guard, batch, device)
     length = DraftLength(steps, stats.adaptive)
 
@@ -190,15 +158,9 @@ def generate_batched(
     first = guard.choose(out.logits[:, -1:])[:, 0]
     positions, valid = positions_and_valid(main_mask, batch, prompt_length, device)
     # Pairs the head has not read yet, one block per step since the last step that drafted.
-    unread = [
-        Pairs(
-            tokens=torch.cat([input_ids[:, 1:], first[:, None]], dim=1),
-            hidden=main_hidden(model.config, out),
-            positions=positions,
-            valid=valid,
-            last=torch.full((batch,), prompt_length - 1, device=device),
-        )
-    ]
+    tokens = torch.cat([input_ids[:, 1:], first[:, None]], dim=1)
+    last = torch.full((batch,), prompt_length - 1, device=device)
+    unread = [Pairs(tokens, main_hidden(model.config, out), positions, valid, last)]
     drafter = FastMTPDrafter(model)
     last_token = first
     position = mask.sum(dim=1)  # rotary position of last_token: the real tokens before it
@@ -206,8 +168,7 @@ def generate_batched(
     row_stops = row_stops or []
 
     def finished_rows(stops: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """Rows that end with this step's commits: an EOS committed, the token budget spent, or a row
-        stopping criterion."""
+        """Rows that end with this step's commits: EOS, the token budget, or a row stopping criterion."""
         finished = stops | (lengths >= max_new_tokens)
         for criterion in row_stops:
             finished = finished | criterion.commit_rows(rows, tokens, counts)
@@ -300,15 +261,9 @@ def generate_batched(
                 width = cache.get_seq_length() - best - 1  # the columns before this step's
                 main_mask = torch.ones(rows.numel(), width, dtype=torch.long, device=device)
             main_mask = torch.cat([main_mask, valid], dim=1)
-        unread.append(
-            Pairs(
-                tokens=targets[:, : best + 1],
-                hidden=main_hidden(model.config, out)[:, : best + 1],
-                positions=position[:, None] + span[: best + 1],
-                valid=valid,
-                last=accepted,
-            )
-        )
+        fresh = slice(best + 1)
+        hidden = main_hidden(model.config, out)[:, fresh]
+        unread.append(Pairs(targets[:, fresh], hidden, position[:, None] + span[fresh], valid, accepted))
         last_token = targets.gather(1, accepted[:, None])[:, 0]
         position = position + accepted + 1
         holes += best - worst

@@ -1,24 +1,19 @@
 """``model.generate`` with FastMTP and the loop guard: resolves the options of one call and picks the loop.
 
-- ``use_mtp`` (the library's own GenerationConfig field) turns FastMTP on or off; its default comes
-  from ``generation_config.json`` (on when the checkpoint has a head). ``mtp_num_speculative_steps``
-  sets K for a call (1..the config's K).
-- FastMTP runs our batched loop (batched.py), at batch size 1 too: it spends less Python per step
-  than the library's assisted-decoding loop (about 10 % faster on the tiny preset; benchmarks/fastmtp.py).
-  A batch-1 call that asks for what only the library's loop honours (a streamer, logits processors,
-  stopping criteria other than ``RowStops``, a static cache, scores, ...) runs inside that loop, where
-  they work as usual; a larger batch that asks for them is refused with their names.
-- FastMTP is greedy. When the default configuration turns it on but a call asks for sampling or beam
-  search, that call decodes without it; asking for both explicitly is an error.
-- The loop guard is a logits processor appended to the call's processors, so greedy and FastMTP
-  decoding apply it identically.
-- Row stopping criteria (``RowStops`` of jina_ocr/runtime/batching.py) work in every loop; with FastMTP
-  they are handed the call's running statistics, so a page that finishes early reports the counts
-  up to its end.
-- A call that runs in the library's loop without a cache of its own, a ``cache_implementation`` or
-  beams gets a growing KV cache (growing_cache.py) instead of the library's ``DynamicCache``, whose
-  appends copy the whole cache of every layer at every step (a tenth of a full-size float32 decode
-  step at a 512-token prompt, more as the page grows).
+- ``use_mtp`` (the library's GenerationConfig field) defaults from ``generation_config.json`` (on when the
+  checkpoint has a head); ``mtp_num_speculative_steps`` sets K for a call (1..the config's K).
+- FastMTP runs our batched loop (batched.py), at batch size 1 too: about 10 % faster than the library's
+  assisted-decoding loop on the tiny preset (benchmarks/fastmtp.py). A batch-1 call that asks for what
+  only the library's loop honours (a streamer, logits processors, stopping criteria other than
+  ``RowStops``, a static cache, scores, ...) runs inside that loop; a larger batch is refused.
+- FastMTP is greedy: a call that asks for sampling or beams decodes without it, unless it also asks
+  for ``use_mtp=True`` explicitly, which is an error.
+- The loop guard is a logits processor appended to the call's, so every loop applies it identically.
+- Row stopping criteria work in every loop; with FastMTP they get the call's running statistics, so a
+  page that finishes early reports the counts up to its end.
+- A library-loop call without a cache of its own, a ``cache_implementation`` or beams gets a growing
+  KV cache (growing_cache.py): ``DynamicCache`` appends copy every layer's cache at every step (a tenth
+  of a full-size float32 decode step at a 512-token prompt, more as the page grows).
 """
 
 from __future__ import annotations
@@ -42,12 +37,12 @@ from .settings import (
     LOOP_GUARD_NGRAM_KEY,
     LOOP_GUARD_WINDOW_KEY,
     STEPS_KEY,
+    token_ids,
 )
 
 
 class NullStreamer(BaseStreamer):
-    """A streamer that keeps nothing. A batch-1 FastMTP call given one runs in the library's
-    assisted-decoding loop instead of ours: the way to compare the two loops on the same call."""
+    """A streamer that keeps nothing: it sends a batch-1 FastMTP call to the library's loop."""
 
     def put(self, value):
         pass
@@ -101,8 +96,7 @@ def build_loop_guard(call: dict, config, prompt_length: int) -> SlidingWindowNoR
 
 def _eos_ids(generation_config, model_config) -> list[int]:
     eos = generation_config.eos_token_id
-    eos = model_config.eos_token_id if eos is None else eos
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return token_ids(model_config.eos_token_id if eos is None else eos)
 
 
 def generate(
@@ -191,8 +185,8 @@ def generate(
 
 
 def _default_cache_wanted(config, model_kwargs: dict) -> bool:
-    """Whether the library would make its default ``DynamicCache`` for this call (beam search excepted:
-    reordering the beams replaces every layer's tensors, so a growing cache would copy them anyway)."""
+    """Whether the library would make its default ``DynamicCache`` (beams excepted: reordering them
+    replaces every layer's tensors, so a growing cache would copy them anyway)."""
     return (
         config.use_cache is not False
         and config.cache_implementation is None

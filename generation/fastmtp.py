@@ -1,31 +1,21 @@
 """FastMTP drafting: one dense draft block applied recursively, with a KV cache of its own.
 
 Pairing (EAGLE style, SPEC section 6): a head entry combines the token at position j+1 with the main
-model's state at position j and predicts the token at j+2. Its rotary position is j, the position of
-the state it reads, as in vLLM's MTP drafters; attention is relative, so this convention only decides
-which entry the head's "embedding zeroed at position 0" rule hits, and it hits the same one as vLLM:
-the first pair of the sequence.
+model's state at position j and predicts the token at j+2. Its rotary position is j, as in vLLM's MTP
+drafters; attention is relative, so this only decides which entry the "embedding zeroed at position 0"
+rule hits: the first pair of the sequence, as in vLLM.
 
-One drafting step for a sequence whose newest committed token is x_n and whose main states are known
-up to h_{n-1}:
+One drafting step, newest committed token x_n, main states known up to h_{n-1}:
 
-1. the head consumes every pair it has not seen yet, (x_{j+1}, h_j) for the states the last main
-   forward made valid; the last of them, (x_n, h_{n-1}), gives draft 1;
-2. drafts 2..K are recursive: the previous draft's token goes with a state of the head itself
-   (``mtp_feedback_hidden``) one position further;
-3. after verification the recursive entries are removed again (``rollback``): the head cache then
-   holds exactly one entry per committed pair built from a main-model state, so the next step's
-   accepted tokens are re-read with the main model's states, never with the head's own guesses.
+1. the head consumes every pair (x_{j+1}, h_j) it has not seen yet; the last, (x_n, h_{n-1}), gives
+   draft 1 (a step that drafts nothing, adaptive.py, leaves its pairs for the next one that does);
+2. drafts 2..K are recursive: the previous draft goes with the head's own state (``mtp_feedback_hidden``);
+3. after verification ``rollback`` removes the recursive entries, so the head cache holds one entry per
+   committed pair built from a main-model state, never from the head's own guesses.
 
-A step that drafts nothing (adaptive drafting, generation/adaptive.py) leaves its new pairs unread;
-the next step that drafts consumes all of them at once, so the head cache still holds one entry per
-committed pair.
-
-``FastMTPDrafter`` is shared by our batched loop (``batched.py``) and by the library's
-assisted-decoding loop (``FastMTPCandidateGenerator``), which runs the batch-1 calls that ask for what
-only it honours (streamers, logits processors, a static cache, ...). Rows of a batch may own a
-different number of new pairs; the pairs are padded to a common width and the padding is masked in
-the head's attention mask, so every row's cache stays consistent ("holes" are never attended).
+``FastMTPDrafter`` serves our batched loop (``batched.py``) and the library's assisted-decoding loop
+(``FastMTPCandidateGenerator``). Rows with fewer new pairs are padded, and the padding is masked in the
+head's attention mask.
 """
 
 from __future__ import annotations
@@ -39,6 +29,7 @@ from transformers.generation import CandidateGenerator
 
 from .adaptive import DraftLength
 from .growing_cache import growing_cache
+from .settings import token_ids
 
 
 @dataclass
@@ -61,8 +52,7 @@ class Pairs:
 
     @staticmethod
     def join(parts: list[Pairs]) -> Pairs:
-        """The pairs of ``parts`` in order, in one block (steps that drafted nothing leave their pairs
-        unread; they are joined once, when a step drafts)."""
+        """The pairs of ``parts`` (unread since the last step that drafted) in order, in one block."""
         if len(parts) == 1:
             return parts[0]
         valid = None
@@ -83,13 +73,9 @@ def real_pairs(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor
 
 
 def compact(cache: Cache, mask: torch.Tensor) -> torch.Tensor:
-    """Move every row's real cache columns to its right end, keeping their order, and drop the columns
-    that are then padding in every row; returns the matching 2-D mask.
-
-    Rows of a batch accept different numbers of drafts, which leaves masked holes in the shorter
-    rows; compacting bounds the cache width by the longest row. Positions are unaffected: they were
-    applied to the keys when they were cached, and new ones are counted over the mask's real columns.
-    """
+    """Move every row's real cache columns to its right end, in order, and drop the columns that are
+    then padding in every row; returns the matching 2-D mask. Positions are unaffected: they were
+    applied to the cached keys, and new ones are counted over the mask's real columns."""
     width = int(mask.sum(dim=1).max())
     if width == mask.shape[1]:
         return mask
@@ -146,9 +132,8 @@ class FastMTPDrafter:
     ) -> torch.Tensor:
         """Consume ``pairs`` and return up to ``steps`` drafts per row, (B, <= steps).
 
-        ``choose(logits, drafts_so_far)`` turns the draft logits (B, V) into tokens (B,); callers apply
-        the same logits processors as verification does. Drafting stops early once every row's last
-        draft is in ``stop_ids`` (EOS): nothing after it can be committed.
+        ``choose(logits, drafts_so_far)`` turns (B, V) logits into tokens (B,) with the logits processors
+        verification applies. Drafting stops once every row's last draft is in ``stop_ids``.
         """
         out = self._step(pairs.tokens, pairs.hidden, pairs.positions, pairs.valid)
         rows = torch.arange(out.shape[0], device=out.device)
@@ -193,11 +178,10 @@ class FastMTPDrafter:
 class FastMTPStats:
     """Counts of one ``generate`` call; ``as_dict`` is what ``model.fastmtp_stats`` holds.
 
-    A verification step is one sequence checked by one main-model forward after the prefill (a batch
-    of B rows verifies B sequences per forward). Depth d counts as drafted when the step drafted at
-    least d tokens and as accepted when the main model agreed with drafts 1..d. The draft-length
-    histogram counts verification steps by how many drafts they checked: with adaptive drafting,
-    0 is a plain greedy step taken because the head's recent drafts were rejected.
+    A verification step is one sequence checked by one main-model forward after the prefill (B per
+    forward for B rows). Depth d is drafted when a step drafted at least d tokens, accepted when the main
+    model agreed with drafts 1..d. The draft-length histogram counts steps by drafts checked (0: a plain
+    greedy step of adaptive drafting).
     """
 
     num_speculative_steps: int
@@ -249,22 +233,34 @@ class FastMTPStats:
         }
 
 
+def positions_from_mask(
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int | torch.Tensor,
+    device: torch.device,
+) -> torch.Tensor:
+    """Position ids of the last ``query_length`` tokens, counted over real tokens so that left padding
+    does not shift a page's positions. The decoder's rule (modeling_jina_ocr.py), kept here because the
+    head's states must carry the very positions the decoder gave them, and modeling imports this package."""
+    if attention_mask is None or attention_mask.ndim == 4:
+        return (past_length + torch.arange(query_length, device=device))[None]
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.clamp(min=0)[:, -query_length:]
+
+
 def positions_and_valid(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> tuple:
-    """Rotary positions counted over real tokens, and the real-token mask (None: no padding), for
-    ``length`` columns."""
-    if attention_mask is None:
-        return torch.arange(length, device=device).expand(batch, length), None
-    mask = attention_mask[:, :length].long()
-    return (mask.cumsum(-1) - 1).clamp(min=0), mask
+    """Rotary positions of the first ``length`` columns (:func:`positions_from_mask`), and their
+    real-token mask (None: no padding)."""
+    mask = None if attention_mask is None else attention_mask[:, :length]
+    positions = positions_from_mask(mask, length, 0, device).expand(batch, length)
+    return positions, None if mask is None else mask.long()
 
 
 class FastMTPCandidateGenerator(CandidateGenerator):
     """FastMTP inside the library's assisted-decoding loop (batch-1 calls that need its features).
 
-    The loop calls ``get_candidates`` with the outputs of its previous main-model forward (the prefill,
-    then each verification) and ``update_candidate_strategy`` after committing the accepted drafts
-    plus one token. The states our forward returns are all this needs, so no extra outputs are asked
-    for (``model_kwargs_overrides`` is empty).
+    ``get_candidates`` gets the outputs of the loop's previous main-model forward, whose states are all
+    this needs (``model_kwargs_overrides`` is empty).
     """
 
     requires_model_outputs = True
@@ -275,8 +271,7 @@ class FastMTPCandidateGenerator(CandidateGenerator):
         self.config = model.config
         self.length = DraftLength(steps, stats.adaptive)
         self.max_length = generation_config.max_length
-        eos = generation_config.eos_token_id
-        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        eos = token_ids(generation_config.eos_token_id)
         self.stop_ids = torch.tensor(eos, dtype=torch.long, device=model.device)
         self.logits_processor = logits_processor
         self.stats = stats
