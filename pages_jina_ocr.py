@@ -20,11 +20,11 @@ file gives the same pixels whichever door it comes through. The rules, each appl
 - Size: the pixel count is checked from the image header (or the PDF page box) before anything is
   decoded or rendered, with our own message. Pillow's decompression-bomb check is switched off for
   that one open and decode (ours replaces it), so the limit can be raised past Pillow's default.
-- Formats: PNG, JPEG, TIFF, WebP and BMP images; PDF pages through PyMuPDF, rendered once, directly
-  at the chosen dpi, and a page MuPDF reports damage on while rendering is an error, not a blank page.
+- Formats: PNG, JPEG, TIFF, WebP and BMP images. PDFs are documents: the installed tools render their
+  pages (``jina_ocr.runtime.pdf``, with this file's size check and errors) and hand them here as images.
 - URLs are refused: this loader never fetches anything (``jina_ocr`` fetches URLs with limits).
 
-This file ships to the Hub as remote code: it imports only PIL, NumPy, torch and, for PDFs, PyMuPDF.
+This file ships to the Hub as remote code: it imports only PIL, NumPy and torch.
 """
 
 from __future__ import annotations
@@ -40,14 +40,6 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, ImageChops, ImageOps, UnidentifiedImageError
-
-try:  # PyMuPDF renders PDF pages; without it the loader still reads images.
-    import pymupdf
-except ImportError:  # pragma: no cover - depends on the user's environment
-    pymupdf = None
-
-DEFAULT_DPI = 144
-"""DeepSeek-OCR renders PDF pages at 144 dpi (zoom 2); the model was trained on such renders."""
 
 DEFAULT_MAX_PIXELS = 80_000_000
 """Largest page bitmap the loader creates (240 MB as RGB). A 600 dpi A3 scan (70 M pixels) fits."""
@@ -66,9 +58,6 @@ EXIF_ORIENTATION = 0x0112
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
-
-MUPDF_LOCK = threading.RLock()
-"""MuPDF's context and its warning buffer are process-wide: every use of a document holds this lock."""
 
 _PILLOW_LIMIT_LOCK = threading.Lock()
 
@@ -193,6 +182,16 @@ def open_image(source: str | os.PathLike | bytes | bytearray | memoryview, subje
         raise DamagedPageError(subject, f"is not a readable image (damaged or truncated): {error}") from None
 
 
+SNIFF_BYTES = 1024
+"""PDF readers accept junk before ``%PDF-`` within the first KiB, and so does :func:`starts_like_a_pdf`."""
+
+
+def starts_like_a_pdf(head: bytes) -> bool:
+    """Whether a file's first bytes hold ``%PDF-`` within :data:`SNIFF_BYTES`: the one PDF test of every
+    reader (documents and URL fetches in jina_ocr, the pipeline, this loader's messages)."""
+    return b"%PDF-" in head[:SNIFF_BYTES]
+
+
 def starts_like_an_image(head: bytes) -> bool:
     """Whether a file's first bytes are the signature of one of :data:`IMAGE_FORMATS`."""
     return (
@@ -207,11 +206,13 @@ def starts_like_an_image(head: bytes) -> bool:
 def _not_an_image(source, is_path: bool) -> str:
     if is_path:
         with open(source, "rb") as file:
-            head = file.read(1024)
+            head = file.read(SNIFF_BYTES)
     else:
-        head = bytes(source[:1024])
-    if b"%PDF-" in head:
-        return "is a PDF, not an image: render its pages first (the OCR pipeline and jina-ocr take PDFs)"
+        head = bytes(source[:SNIFF_BYTES])
+    if starts_like_a_pdf(head):
+        return (
+            "is a PDF, not an image: render its pages first (jina-ocr convert and jina_ocr.convert take PDFs)"
+        )
     if starts_like_an_image(head):
         return "is not a readable image: it starts like one but cannot be parsed (damaged or truncated)"
     return "is not an image: not a PNG, JPEG, TIFF, WebP or BMP file"
@@ -376,110 +377,3 @@ def array_to_image(array: np.ndarray, channels_first: bool = False) -> Image.Ima
             "floating point in [0, 1]: cast it, e.g. array.astype(numpy.uint8)",
         )
     return Image.fromarray(np.ascontiguousarray(pixels))  # L, RGB or RGBA from the shape
-
-
-# ----------------------------------------------------------------------------------------------------
-# PDF pages
-# ----------------------------------------------------------------------------------------------------
-
-
-def _require_pymupdf() -> None:
-    if pymupdf is None:
-        raise ImportError("reading PDF pages needs PyMuPDF: pip install pymupdf")
-
-
-def media_box_is_empty(page) -> bool:
-    """True when the page's own (or inherited) MediaBox has no area.
-
-    MuPDF silently replaces such a box with US Letter (or a 1 pt square), which would hand the model
-    a blank page instead of telling the user that the page is broken.
-    """
-    document, xref = page.parent, page.xref
-    for _ in range(64):  # the page tree is shallow; the bound guards against a cyclic /Parent
-        kind, value = document.xref_get_key(xref, "MediaBox")
-        if kind == "array":
-            try:
-                x0, y0, x1, y1 = (float(v) for v in value.strip("[] ").split())
-            except ValueError:
-                return True
-            return abs(x1 - x0) < 1 or abs(y1 - y0) < 1
-        kind, parent = document.xref_get_key(xref, "Parent")
-        if kind != "xref":
-            return True
-        xref = int(parent.split()[0])
-    return True
-
-
-def _pdf_matrix(dpi: int):
-    return pymupdf.Matrix(dpi / 72, dpi / 72)
-
-
-def pdf_page_size(page, dpi: int, subject: str = "the PDF page") -> tuple[int, int]:
-    """The (width, height) in pixels that :func:`render_pdf_page` makes of ``page`` at ``dpi``,
-    computed from its box; an empty MediaBox is an :class:`EmptyPageError`."""
-    with MUPDF_LOCK:
-        if media_box_is_empty(page):
-            raise EmptyPageError(subject, "has zero size (its MediaBox has no area)")
-        box = (page.rect * _pdf_matrix(dpi)).irect
-    return box.width, box.height
-
-
-def check_pdf_page_size(page, dpi: int, max_pixels: int | None, subject: str) -> tuple[int, int]:
-    """The page's pixel size at ``dpi``, refused by :func:`check_page_size` when it is empty or over
-    ``max_pixels``; computed from the page box, nothing is rendered."""
-    size = pdf_page_size(page, dpi, subject)
-    check_page_size(size, max_pixels, subject, hint=f" at {dpi} dpi; choose a lower dpi")
-    return size
-
-
-def render_pdf_page(
-    page, dpi: int = DEFAULT_DPI, max_pixels: int | None = DEFAULT_MAX_PIXELS, subject: str = "the PDF page"
-) -> Image.Image:
-    """A PyMuPDF page rendered once at ``dpi``, RGB without alpha, as DeepSeek-OCR renders pages.
-
-    The pixel size is checked from the page box before MuPDF allocates the bitmap. MuPDF draws what
-    it can of a damaged page (garbage in a content stream, a broken embedded image) and only warns,
-    which would hand the model a blank or partial page; a warning during this render is therefore a
-    :class:`DamagedPageError` carrying MuPDF's words. The warning buffer is emptied first, so an
-    earlier page's warnings never fail this one.
-    """
-    _require_pymupdf()
-    with MUPDF_LOCK:
-        check_pdf_page_size(page, dpi, max_pixels, subject)
-        pymupdf.TOOLS.reset_mupdf_warnings()
-        try:
-            pixmap = page.get_pixmap(matrix=_pdf_matrix(dpi), alpha=False, colorspace=pymupdf.csRGB)
-        except Exception as error:  # PyMuPDF raises its own error types for broken pages
-            raise DamagedPageError(subject, f"cannot be rendered: {error}") from error
-        finally:
-            warnings = pymupdf.TOOLS.mupdf_warnings(reset=True)
-        if warnings:
-            lines = list(dict.fromkeys(line.strip() for line in warnings.splitlines() if line.strip()))
-            raise DamagedPageError(subject, f"is damaged: MuPDF reports {'; '.join(lines[:3])}")
-        return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
-
-
-def load_pdf_page(
-    source: str | os.PathLike | bytes,
-    number: int,
-    dpi: int = DEFAULT_DPI,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
-) -> Image.Image:
-    """Page ``number`` (1-based) of a PDF file or its bytes, by :func:`render_pdf_page`."""
-    _require_pymupdf()
-    subject = "the PDF bytes" if isinstance(source, (bytes, bytearray)) else os.fspath(source)
-    with MUPDF_LOCK:
-        try:
-            document = (
-                pymupdf.open(stream=bytes(source), filetype="pdf")
-                if isinstance(source, (bytes, bytearray))
-                else pymupdf.open(os.fspath(source), filetype="pdf")
-            )
-        except Exception as error:  # PyMuPDF raises its own error types for corrupt files
-            raise DamagedPageError(subject, f"cannot be opened as a PDF: {error}") from error
-        with document:
-            if document.needs_pass:
-                raise PageError(subject, "is encrypted; decrypt it first (jina-ocr convert takes --password)")
-            if not 1 <= number <= document.page_count:
-                raise PageError(subject, f"has {document.page_count} pages; page {number} is out of range")
-            return render_pdf_page(document[number - 1], dpi, max_pixels, f"{subject} page {number}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pymupdf
 
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 
 
 def make_pdf(pages: int, path: Path) -> None:

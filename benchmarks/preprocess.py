@@ -27,8 +27,8 @@ import pymupdf
 import torch
 from PIL import Image, ImageOps
 
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI, render_pdf_page
 from jina_ocr.remote_code.processing_jina_ocr import MODES, TILE_SIZE, JinaOCRImageProcessor, select_tile_grid
+from jina_ocr.runtime.pdf import DEFAULT_DPI, render_pdf_page
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "olmocr"
 

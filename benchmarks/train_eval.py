@@ -49,7 +49,7 @@ from jina_ocr.bench.peers import tesseract_text, unavailable
 from jina_ocr.cli import main as cli
 from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth import write_pages
 from jina_ocr.train.drills import STAGES, printed_page
 from jina_ocr.train.evaluate import character_error_rate

@@ -7,8 +7,8 @@ import numpy as np
 import pymupdf
 import pytest
 
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 from jina_ocr.remote_code.processing_jina_ocr import MODES, PIXELS_PER_TOKEN, JinaOCRImageProcessor
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth.page import render
 from jina_ocr.train.drills import A5
 from jina_ocr.train.glyphs import NO_CELL, ViewGrid, glyph_targets

@@ -24,7 +24,9 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 import jina_ocr
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI, load_page, load_pdf_page
+from jina_ocr.remote_code.pages_jina_ocr import load_page
+from jina_ocr.runtime.documents import open_document
+from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.services.conversion import Converter
 from jina_ocr.services.server import create_app
 
@@ -32,6 +34,12 @@ WIDTH, HEIGHT = 128, 96
 VIEW = 512  # the processor runs in tiny mode: every page stretched to one 512 px view
 WHITE, BLACK, RED = (255, 255, 255), (0, 0, 0), (255, 0, 0)
 JPEG_TOLERANCE = 3  # levels of JPEG's rounding on a flat colour; lossless formats are compared exactly
+
+
+def first_pdf_page(path) -> Image.Image:
+    """Page 1 of a PDF as every tool renders it (the processor itself takes images)."""
+    with open_document(path) as document:
+        return document.render(1)
 
 
 def halves(left, right, mode: str) -> Image.Image:
@@ -163,13 +171,13 @@ def test_every_door_gives_the_same_pixels_and_the_expected_colours(model_and_pro
     seen.clear()
     for name, (path, split, first, second, tolerance) in build_inputs(tmp_path).items():
         views = {}
-        page = load_pdf_page(path, 1) if name.endswith(".pdf") else path  # the processor takes images
+        page = first_pdf_page(path) if name.endswith(".pdf") else path  # the processor takes images
         inputs = processor.prepare_ocr_inputs(page, dtype=model.dtype)
         with torch.no_grad():
             model.generate(**inputs, max_new_tokens=1, do_sample=False)
         views["processor"] = the_one_view(seen)
 
-        pipe(str(path), max_new_tokens=1)
+        pipe(page if name.endswith(".pdf") else str(path), max_new_tokens=1)
         views["pipeline"] = the_one_view(seen)
 
         [result] = jina_ocr.convert(path, model=converter)
@@ -223,7 +231,7 @@ def test_the_special_cases_against_their_definitions(tmp_path):
         max(abs(a - b) for a, b in zip(load_page(plain).getpixel((5, 5)), RED, strict=True)) <= JPEG_TOLERANCE
     )
     assert Image.open(plain).convert("RGB").getpixel((5, 5))[0] < 10  # Pillow alone reads it inverted
-    pdf = load_pdf_page(inputs["page.pdf"][0], 1)
+    pdf = first_pdf_page(inputs["page.pdf"][0])
     assert (
         pdf.size == (2 * WIDTH, 2 * HEIGHT)
         and pdf.getpixel((5, 5)) == BLACK

@@ -1,5 +1,6 @@
 """pipeline("image-to-text") (the pipeline shipped with the model) and the standard
-pipeline("image-text-to-text") on an image, a PDF page and a batch of two."""
+pipeline("image-text-to-text") on an image and a batch of two; a PDF is refused with a pointer to
+what converts documents."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ import pymupdf
 import pytest
 import torch
 from PIL import Image
-from test_documents import damaged_pdf
 from transformers import AutoModelForImageTextToText, AutoProcessor, pipeline
-
-from jina_ocr.remote_code.pages_jina_ocr import DEFAULT_DPI
 
 GENERATE = {"max_new_tokens": 4, "use_mtp": False}
 
@@ -57,42 +55,15 @@ def test_ocr_pipeline_on_an_image_equals_direct_generation(ocr_pipe, loaded):
     assert result == [{"generated_text": direct(*loaded, image)}]
 
 
-def test_ocr_pipeline_on_a_pdf_page_renders_at_144_dpi(ocr_pipe, loaded, tmp_path):
+def test_ocr_pipeline_refuses_a_pdf_in_one_line_naming_what_takes_pdfs(ocr_pipe, tmp_path):
+    """PDFs are documents: the pipeline reads page images and says where PDFs go."""
     pdf = tmp_path / "two_pages.pdf"
     small_pdf(pdf)
-    with pymupdf.open(pdf) as document:
-        pix = document[1].get_pixmap(dpi=DEFAULT_DPI, alpha=False)
-        second = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
-    expected = direct(*loaded, second)
-    assert ocr_pipe(str(pdf), page=2, generate_kwargs=GENERATE) == [{"generated_text": expected}]
-    assert ocr_pipe({"pdf": pdf.read_bytes(), "page": 2}, generate_kwargs=GENERATE) == [
-        {"generated_text": expected}
-    ]
-    with pytest.raises(ValueError, match="page 3 is out of range"):
-        ocr_pipe(str(pdf), page=3, generate_kwargs=GENERATE)
-
-
-def test_ocr_pipeline_refuses_oversized_and_damaged_pdf_pages(ocr_pipe, tmp_path, monkeypatch):
-    """The pipeline's PDF pages follow the page loader's rules: the size is checked from the page box
-    before anything is rendered, and a page MuPDF reports damage on is an error, not a blank page."""
-    renders = []
-    real = pymupdf.Page.get_pixmap
-    monkeypatch.setattr(
-        pymupdf.Page, "get_pixmap", lambda self, *a, **k: renders.append(1) or real(self, *a, **k)
-    )
-    poster = tmp_path / "poster.pdf"
-    document = pymupdf.open()
-    document.new_page(width=14400, height=14400)  # 28800 x 28800 px at the default dpi
-    document.save(poster)
-    with pytest.raises(
-        ValueError, match=rf"poster\.pdf page 1 would be 28800x28800 = .* at {DEFAULT_DPI} dpi; choose"
-    ):
-        ocr_pipe(str(poster), generate_kwargs=GENERATE)
-    assert renders == []
-    damaged = tmp_path / "damaged.pdf"
-    damaged.write_bytes(damaged_pdf("content"))
-    with pytest.raises(ValueError, match=r"damaged\.pdf page 2 is damaged: MuPDF reports .*zlib error"):
-        ocr_pipe(str(damaged), page=2, generate_kwargs=GENERATE)
+    for item in (str(pdf), pdf.read_bytes()):
+        with pytest.raises(
+            ValueError, match=r"is a PDF, not an image: .*jina-ocr convert and jina_ocr.convert"
+        ):
+            ocr_pipe(item, generate_kwargs=GENERATE)
 
 
 def test_ocr_pipeline_on_a_batch_of_two(ocr_pipe, loaded):
@@ -101,7 +72,7 @@ def test_ocr_pipeline_on_a_batch_of_two(ocr_pipe, loaded):
 
 
 def test_ocr_pipeline_on_a_real_fixture_page(ocr_pipe, fixtures_dir):
-    (result,) = ocr_pipe(str(fixtures_dir / "olmocr" / "blank_book_pg1.pdf"), generate_kwargs=GENERATE)
+    (result,) = ocr_pipe(str(fixtures_dir / "tesseract" / "phototest.tif"), generate_kwargs=GENERATE)
     assert isinstance(result["generated_text"], str)
 
 

@@ -76,8 +76,8 @@ def test_export_ships_flat_code_and_every_auto_class(tiny_export):
         "configuration_jina_ocr.py",
         "modeling_jina_ocr.py",
         "compat_jina_ocr.py",
-        "batching_jina_ocr.py",
         "pages_jina_ocr.py",
+        "pipeline_jina_ocr.py",
     } <= shipped
     assert "__init__.py" not in shipped
     assert not [p for p in tiny_export.iterdir() if p.is_dir()]

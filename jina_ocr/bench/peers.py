@@ -56,7 +56,7 @@ def render_page(pdf: Path, page: int):
     """One PDF page (1-based) as an RGB PIL image, at :func:`page_dpi`."""
     import pymupdf
 
-    from jina_ocr.remote_code.pages_jina_ocr import render_pdf_page
+    from jina_ocr.runtime.pdf import render_pdf_page
 
     with pymupdf.open(pdf) as doc:
         if not 1 <= page <= doc.page_count:

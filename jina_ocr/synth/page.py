@@ -19,7 +19,7 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
-from jina_ocr.remote_code.pages_jina_ocr import render_pdf_page
+from jina_ocr.runtime.pdf import render_pdf_page
 from jina_ocr.synth import checks, fonts, text
 from jina_ocr.synth.blocks import Block, Content, stream
 from jina_ocr.synth.compose import Composer, Style, placeholder_order
