@@ -105,6 +105,8 @@ class JinaOCRConfig(PretrainedConfig):
         vision = kwargs.pop("vision_config", None) or {}
         projector = kwargs.pop("projector_config", None) or {}
         language = kwargs.pop("language_config", None) or {}
+        if "image_token_index" in kwargs:  # jina-ocr-v1's released spelling
+            kwargs.setdefault("image_token_id", kwargs.pop("image_token_index"))
         legacy = {key: kwargs.pop(key) for key in _DEEPSEEK_ONLY_KEYS if key in kwargs}
         for key in _DEEPSEEK_ONLY_KEYS:
             language.pop(key, None)

@@ -1,16 +1,21 @@
-"""The one loader: a model folder in, our model and processor out, built from the installed classes.
+"""The one loader: a model in, our model and processor out, built from the installed classes.
 
-Every door of the installed tools (``jina_ocr.convert``, ``jina-ocr convert`` and ``serve``, the
-benchmarks) loads through :func:`load`, so a conversion runs one copy of the model code: the modules of
-this installation, never a second copy imported through ``trust_remote_code`` from a folder that
-another release may have written. ``trust_remote_code`` is for users of plain Transformers.
+Every door of the installed tools (``jina_ocr.load`` and ``jina_ocr.convert``, ``jina-ocr convert`` and
+``serve``, ``jina-ocr export --from``, the benchmarks) loads through this module, the only code that
+knows checkpoint layouts. A conversion runs one copy of the model code, the modules of this
+installation, never a second copy imported through ``trust_remote_code`` from a folder that another
+release may have written (``trust_remote_code`` is for users of plain Transformers). It takes:
 
-It takes either layout this package writes:
+- a Hub model id (``jinaai/jina-ocr-v1``, with a ``revision``), downloaded by ``huggingface_hub`` into
+  its cache (``HF_ENDPOINT``, ``HF_HUB_OFFLINE``, ``HF_TOKEN`` and a stored login apply); only weights,
+  configs and tokenizer files are fetched, never a repository's code;
+- a folder in the released layout: jinaai/jina-ocr-v1 or deepseek-ai/DeepSeek-OCR as published (their
+  ``deepseek_vl_v2`` config, per-expert safetensors, with or without the head's shared copies);
+- a folder written by ``jina-ocr export`` (a Hub folder of this package);
+- model files (weights, config, tokenizer and ``jina_ocr_model.json``), as training writes them and as
+  jina-ocr-tiny ships inside the package (:mod:`jina_ocr.model_files`).
 
-- model files (weights, config, tokenizer and ``jina_ocr_model.json``), as training writes them and
-  as jina-ocr-tiny ships inside the package (:mod:`jina_ocr.model_files`);
-- a Hub folder written by ``jina-ocr export`` (the weights in the checkpoint's per-expert layout, the
-  processor and generation configs beside them).
+Anything else is refused in one line naming what was found and what is accepted.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jina_ocr.errors import UserError
-from jina_ocr.model_files import SETTINGS, load_model_files, load_tokenizer
+from jina_ocr.generation_defaults import build_generation_config
+from jina_ocr.model_files import SETTINGS, build_processor, load_model_files, load_tokenizer
 from jina_ocr.models import BUNDLED as BUNDLED_MODEL
 
 MODEL_ENV = "JINA_OCR_MODEL"
@@ -42,49 +50,121 @@ def _say_once(message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def resolve_model(model: str | os.PathLike | None) -> Path:
-    """The model folder to load: ``model`` if given, else ``$JINA_OCR_MODEL``, else the bundled model.
+def resolve_model(model: str | os.PathLike | None, revision: str | None = None) -> Path:
+    """The local folder to load: ``model`` if given (a folder, else a Hub id, downloaded), else
+    ``$JINA_OCR_MODEL``, else the bundled model.
 
-    An explicit choice wins over the environment, and the environment over the built-in default,
-    as users of environment variables expect.
+    An explicit choice wins over the environment, and the environment over the built-in default, as
+    users of environment variables expect. The folder's layout is checked here (:func:`layout`).
     """
     if model is not None:
-        folder, origin = Path(model), "--model"
+        name, origin = os.fspath(model), "--model"
     elif os.environ.get(MODEL_ENV):
-        folder, origin = Path(os.environ[MODEL_ENV]), f"${MODEL_ENV}"
+        name, origin = os.environ[MODEL_ENV], f"${MODEL_ENV}"
     elif (BUNDLED_MODEL / "config.json").is_file():
         _say_once(BUNDLED_NOTICE)
         return BUNDLED_MODEL
     else:
         raise UserError(
-            "no model given and none is bundled with this installation: pass --model DIR (or model=...) "
-            f"naming an exported jina-ocr model folder, or set {MODEL_ENV}. To try the tools without "
+            "no model given and none is bundled with this installation: pass --model (a folder or a Hub "
+            f"id such as jinaai/jina-ocr-v1) or model=..., or set {MODEL_ENV}. To try the tools without "
             "real weights, `jina-ocr export --random --preset tiny DIR` writes a tiny random-weight "
             "model; its output is meaningless text."
         )
-    if not folder.exists():
-        raise UserError(f"{origin} {folder}: no such folder")
-    if not (folder / "config.json").is_file():
-        raise UserError(f"{origin} {folder}: not a model folder (no config.json in it)")
-    _check_model_type(folder, origin)
+    folder = local_folder(name, revision, origin)
+    layout(folder, origin)
     return folder
 
 
-def _check_model_type(folder: Path, origin: str) -> None:
-    """Refuse another model's folder here, not as a traceback from deep inside Transformers."""
+def local_folder(name: str | os.PathLike, revision: str | None = None, origin: str = "--model") -> Path:
+    """``name`` itself when it is a folder, else the local snapshot of the Hub repository it names
+    (downloaded unless cached); ``origin`` is how error messages name the option."""
+    folder = Path(name)
+    if folder.exists():
+        if revision is not None:
+            raise UserError(f"{origin} {name}: a revision applies to a Hub id, and this is a local folder")
+        return folder
+    if not HUB_ID.fullmatch(os.fspath(name)):
+        raise UserError(f"{origin} {name}: no such folder (nor a Hub id, which reads ORG/NAME)")
+    return _download(os.fspath(name), revision, origin)
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+"""What a Hub model id looks like (``ORG/NAME``); a name that is neither this nor a folder is refused."""
+
+HUB_FILES = ("*.json", "*.safetensors", "*.jinja", "tokenizer.model")
+"""What is downloaded of a Hub repository: weights, configs and tokenizer, never its code."""
+
+
+def _download(repo_id: str, revision: str | None, origin: str) -> Path:
+    """The local snapshot of a Hub repository: from the cache when it is there, else downloaded."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{origin} {repo_id}"
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES)))
+    except GatedRepoError:
+        raise UserError(
+            f"{where}: the Hub repository is gated; accept its terms on the Hub and log in "
+            "(`hf auth login` or $HF_TOKEN)"
+        ) from None
+    except RepositoryNotFoundError:
+        raise UserError(
+            f"{where}: no such folder, and no model repository of that name on the Hub "
+            f"({constants.ENDPOINT}) that this machine may read (a private one needs `hf auth login` "
+            "or $HF_TOKEN)"
+        ) from None
+    except RevisionNotFoundError:
+        raise UserError(f"{where}: the Hub repository has no revision {revision!r}") from None
+    except LocalEntryNotFoundError:
+        raise UserError(
+            f"{where}: not in the local Hub cache, and the Hub cannot be reached (HF_HUB_OFFLINE is set, "
+            "or no connection); download it once online"
+        ) from None
+    except (HfHubHTTPError, OSError) as error:
+        raise UserError(f"{where}: the Hub at {constants.ENDPOINT} failed: {error}") from None
+
+
+RELEASED_TYPE = "deepseek_vl_v2"
+"""The ``model_type`` of jinaai/jina-ocr-v1 and deepseek-ai/DeepSeek-OCR as published."""
+
+ACCEPTED = (
+    "a jina-ocr export, model files written by jina-ocr train, or jina-ocr-v1 / DeepSeek-OCR as released "
+    f"(model_type {RELEASED_TYPE!r})"
+)
+
+
+def layout(folder: Path, origin: str = "--model") -> str:
+    """``"model files"``, ``"exported"`` or ``"released"``: how ``folder`` stores its model. Anything
+    else (no config, another model's config, no weights) is refused in one line."""
     from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 
+    where = f"{origin} {folder}"
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{where}: not a model folder (no config.json in it); accepted: {ACCEPTED}")
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"{origin} {folder}: config.json cannot be read ({error})") from None
+        raise UserError(f"{where}: config.json cannot be read ({error})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type != JinaOCRConfig.model_type:
-        raise UserError(
-            f"{origin} {folder}: config.json is for model type {model_type!r}, not a jina-ocr model "
-            f"({JinaOCRConfig.model_type!r}); a DeepSeek-OCR or jina-ocr-v1 checkpoint is converted with "
-            "`jina-ocr export --from`"
-        )
+    if (folder / SETTINGS).is_file():
+        found = "model files"
+    elif model_type == JinaOCRConfig.model_type:
+        found = "exported"
+    elif model_type == RELEASED_TYPE:
+        found = "released"
+    else:
+        raise UserError(f"{where}: config.json is for model type {model_type!r}; accepted: {ACCEPTED}")
+    if not any(folder.glob("*.safetensors")):
+        raise UserError(f"{where}: no .safetensors weights beside its config.json")
+    return found
 
 
 def resolve_device(device: str | None):
@@ -147,27 +227,42 @@ def resolve_dtype(dtype, device):
     return getattr(torch, _DTYPES[dtype])
 
 
-def load(model: str | os.PathLike | None = None, *, device=None, dtype=None) -> tuple[Any, Any]:
-    """``(model, processor)`` for ``model`` (a folder, see :func:`resolve_model`) on ``device`` in ``dtype``.
+def load(
+    model: str | os.PathLike | None = None, *, revision: str | None = None, device=None, dtype=None
+) -> tuple[Any, Any]:
+    """``(model, processor)`` for ``model`` (a folder or a Hub id, see :func:`resolve_model`) on ``device``
+    in ``dtype``.
 
-    ``device`` None picks CUDA, else Apple MPS, else the CPU; ``dtype`` None picks bfloat16 on
-    accelerators and float32 on the CPU. The result is cached: converting file after file loads the
-    weights once.
+    ``revision`` picks a branch, tag or commit of a Hub id; ``device`` None picks CUDA, else Apple MPS,
+    else the CPU; ``dtype`` None picks bfloat16 on accelerators and float32 on the CPU. The result is
+    cached: converting file after file loads the weights once.
     """
-    folder = resolve_model(model).resolve()
+    folder = resolve_model(model, revision).resolve()
     device = resolve_device(device)
     return _load(folder, device, resolve_dtype(dtype, device))
 
 
 @functools.lru_cache(maxsize=1)
 def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
-    if (folder / SETTINGS).is_file():
+    found = layout(folder)
+    if found == "model files":
         model, processor = load_model_files(folder, dtype)
-    else:
+    elif found == "exported":
         from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
         model = JinaOCRForConditionalGeneration.from_pretrained(str(folder), dtype=dtype)
         processor = _exported_processor(folder)
+    else:
+        released = load_released(folder)
+        if released.tokenizer is None:
+            raise UserError(f"{folder}: no tokenizer.json beside the weights")
+        model = released.model.to(dtype)
+        processor = build_processor(
+            released.tokenizer, released.mode, released.config.pixels_per_visual_token
+        )
+        model.generation_config = build_generation_config(
+            released.config, released.tokenizer, mode=released.mode
+        )
     return model.to(device).eval(), processor
 
 
@@ -190,3 +285,92 @@ def _exported_processor(folder: Path):
         tokenizer=load_tokenizer(folder),
         prompt_style=settings.get("prompt_style", "jina"),
     )
+
+
+@dataclass
+class Released:
+    """What a released-layout folder holds, read into our classes."""
+
+    config: Any
+    model: Any | None
+    tokenizer: Any | None
+    mode: str
+    """The image processor's resolution mode, from the folder's ``processor_config.json``."""
+    notes: list[str] = field(default_factory=list)
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def stored_dtype(folder: Path):
+    """The floating-point dtype the folder's safetensors store their weights in. Mixed files give the
+    widest of their dtypes, into which every stored value converts exactly."""
+    import torch
+    from safetensors import safe_open
+
+    found = set()
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():
+                name = _SAFETENSORS_DTYPES.get(handle.get_slice(key).get_dtype())
+                if name is not None:
+                    found.add(getattr(torch, name))
+    if not found:
+        raise UserError(f"the weights in {folder} hold no floating-point tensors")
+    if found == {torch.bfloat16, torch.float16}:  # neither holds the other's values exactly
+        return torch.float32
+    return max(found, key=lambda dtype: dtype.itemsize)
+
+
+def load_released(folder: str | Path, weights: bool = True) -> Released:
+    """A folder of the released layout (or one of ours): its config as shipped (nested DeepSeek-OCR
+    blocks are read), its weights in their stored dtype when asked for, and its tokenizer when it has one.
+
+    The released tensor names are our module names (the head's shared copies, where a revision carries
+    them, are loaded and dropped), so nothing is renamed; a weight that does not fit is refused.
+    """
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{folder} has no config.json; point at a checkpoint folder")
+    # from_dict rather than from_pretrained: the released model_type ("deepseek_vl_v2") is expected here.
+    config = JinaOCRConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    notes = []
+    if not config.num_nextn_predict_layers:
+        notes.append(f"{folder} has no FastMTP head: it decodes with plain greedy (FastMTP off)")
+    model = None
+    if weights:
+        if not any(folder.glob("*.safetensors")):
+            raise UserError(
+                f"{folder} has no .safetensors weights; pass --no-weights to convert the config only"
+            )
+        # Not dtype="auto": that follows config.json's dtype, which may disagree with the stored tensors
+        # (float32 weights under a config that says bfloat16 would be rounded silently).
+        model, info = JinaOCRForConditionalGeneration.from_pretrained(
+            folder, config=config, dtype=stored_dtype(folder), output_loading_info=True
+        )
+        if info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]:
+            raise UserError(f"the weights in {folder} do not fit the model: {info}")
+    # The tokenizer.json as it is: the released tokenizer_config.json names LlamaTokenizerFast, which some
+    # Transformers releases rebuild with a SentencePiece pre-tokenizer that drops a byte-level
+    # vocabulary's spaces.
+    tokenizer = load_tokenizer(folder) if (folder / "tokenizer.json").is_file() else None
+    return Released(config=config, model=model, tokenizer=tokenizer, mode=released_mode(folder), notes=notes)
+
+
+def released_mode(folder: Path) -> str:
+    """The resolution mode a released ``processor_config.json`` describes: ``crop_mode`` is Gundam (a
+    1024 px view plus 640 px tiles); without it, the mode of the ``base_size`` view. Gundam when the
+    folder has none (DeepSeek-OCR's default)."""
+    from jina_ocr.remote_code.processing_jina_ocr import MODES
+
+    path = folder / "processor_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if settings.get("crop_mode", True):
+        return "gundam"
+    for name, (size, tiled) in MODES.items():
+        if size == settings.get("base_size") and not tiled:
+            return name
+    raise UserError(f"{path}: no resolution mode has a {settings.get('base_size')} px view without tiles")

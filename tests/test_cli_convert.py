@@ -300,13 +300,13 @@ def test_a_folder_of_another_model_is_a_usage_error(run, tmp_path):
     status, _, err = run(SAMPLE, "-o", tmp_path / "out", model=bert)
     line = one_line_error(err)
     assert status == 2
-    assert line.startswith(
-        f"jina-ocr convert: error: --model {bert}: config.json is for model type 'bert', not a jina-ocr model"
-    )
-    assert "jina-ocr export --from" in line
+    assert line.startswith(f"jina-ocr convert: error: --model {bert}: config.json is for model type 'bert'")
+    assert "accepted: a jina-ocr export" in line and "as released" in line
     status, _, err = run(SAMPLE, model=tmp_path / "missing")
     assert status == 2
-    assert one_line_error(err) == (f"jina-ocr convert: error: --model {tmp_path / 'missing'}: no such folder")
+    assert one_line_error(err) == (
+        f"jina-ocr convert: error: --model {tmp_path / 'missing'}: no such folder (nor a Hub id, which reads ORG/NAME)"
+    )
     assert not (tmp_path / "out").exists()
 
 

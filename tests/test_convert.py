@@ -155,6 +155,7 @@ def test_model_resolution_order(tiny_export, tmp_path, monkeypatch):
     bundled = tmp_path / "bundled"
     bundled.mkdir()
     (bundled / "config.json").write_text('{"model_type": "jina_ocr"}')
+    (bundled / "model.safetensors").write_bytes(b"")  # resolution looks at the layout, not the weights
     monkeypatch.setattr(loading, "BUNDLED_MODEL", bundled)
     monkeypatch.delenv(loading.MODEL_ENV, raising=False)
     assert resolve_model(None) == bundled

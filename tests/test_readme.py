@@ -8,17 +8,20 @@ temporary working directory that holds:
 - ``tiny-random/``: written by the README's own ``jina-ocr export --random --preset tiny tiny-random``
   line, run first (the same as ``export_random(dir, preset="tiny", seed=0)``);
 - ``page.png``: page 1 of ``samples/page.pdf`` as the tools render it, for the pipeline examples;
-- ``jina-ocr-v1``: a link to ``tiny-random/``. The README names the folder that ``jina-ocr export --from``
-  makes of the released jina-ocr-v1 checkpoint ``jina-ocr-v1``; here that name points at the tiny export.
+- ``jina-ocr-v1/``: written by the README's own ``jina-ocr export --from jinaai/jina-ocr-v1 jina-ocr-v1``
+  line, run second.
+
+``jinaai/jina-ocr-v1`` is a loopback Hub (tests/hub_server.py) holding a tiny checkpoint in the released
+layout (tests/released_layout.py) under that id; every command and snippet runs with ``HF_ENDPOINT``
+pointing at it and an empty Hugging Face cache of its own, so the README's Hub ids load for real.
 
 Substitutions, so that the whole file runs in about a minute: ``--max-new-tokens N`` and
 ``max_new_tokens=N`` become 2, and a ``jina-ocr convert`` line that runs gets ``--max-new-tokens 2`` when
-it has none. ``$JINA_OCR_MODEL`` is unset and the Hub is offline.
+it has none. ``$JINA_OCR_MODEL`` is unset.
 
 What cannot run here is checked instead, each check able to fail (``CHECKED_COMMANDS``,
-``CHECKED_PYTHON``): installing (pip, a virtual environment, Debian packages), the whole test suite, the
-Hub download, ``vllm serve`` (a GPU), the converter from the released checkpoint (its 6.7 GB), fetching a
-URL, endpoints and the server (a network and a running server).
+``CHECKED_PYTHON``): installing (pip, a virtual environment, Debian packages), the whole test suite, ``vllm serve`` (a GPU),
+fetching a URL, endpoints and the server (a network and a running server).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hub_server import LoopbackHub
+from huggingface_hub import HfApi
+from released_layout import write_released
 
 from jina_ocr.runtime.documents import open_document
 
@@ -46,8 +52,10 @@ except ModuleNotFoundError:  # Python 3.10: the package depends on tomli there
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PLACEHOLDER_MODEL = "jina-ocr-v1"
+PLACEHOLDER_MODEL = "jina-ocr-v1"  # the folder the README's export --from line writes
+RELEASE = "jinaai/jina-ocr-v1"
 EXPORT_LINE = "jina-ocr export --random --preset tiny tiny-random"
+EXPORT_RELEASE_LINE = f"jina-ocr export --from {RELEASE} {PLACEHOLDER_MODEL}"
 PAGE_IMAGE = "page.png"  # the page image the pipeline examples read: samples/page.pdf's page 1
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 
@@ -138,22 +146,6 @@ def check_test_suite(command: str) -> None:
     assert f"\n{command}\n" in ci_script(), "CI does not run the README's test command"
 
 
-def check_hub_download(command: str) -> None:
-    argv = shlex.split(command)
-    assert argv[2] == "jinaai/jina-ocr-v1", "the README must download the released repository"
-    local_dir = argv[argv.index("--local-dir") + 1]
-    export = next(c for _, c in COMMANDS if c.startswith("jina-ocr export --from"))
-    assert shlex.split(export)[3] == local_dir, "export --from must read the folder the download wrote"
-    hf = Path(sys.executable).with_name("hf")
-    help_text = subprocess.run([str(hf), "download", "--help"], capture_output=True, text=True, check=True)
-    assert "--local-dir" in help_text.stdout
-
-
-def check_export_from(command: str) -> None:
-    cli_parse(command)
-    assert shlex.split(command)[-1] == PLACEHOLDER_MODEL, "the converted folder is the README's jina-ocr-v1"
-
-
 def check_vllm_serve(command: str, tmp_path: Path) -> None:
     """The flags are those ``vllm_llm_kwargs`` gives for an exported folder with a FastMTP head."""
     from jina_ocr.vllm.helpers import vllm_llm_kwargs
@@ -184,8 +176,6 @@ CHECKED_COMMANDS = [
     (r'pip install (-e )?"\.\[[\w,]+\]"', check_pip_extras, "installs packages"),
     (r'for deps in \.ci/deps/\*\.sh; do bash "\$deps"; done', check_ci_deps, "installs Debian packages"),
     (r"python -m pytest -q", check_test_suite, "the whole test suite"),
-    (r"hf download .*", check_hub_download, "downloads 6.7 GB from the Hub"),
-    (r"jina-ocr export --from .*", check_export_from, "needs the released checkpoint"),
     (r"vllm serve .*", check_vllm_serve, "needs vLLM and a GPU"),
     (r"jina-ocr convert .*https?://.*", cli_parse, "fetches from the network"),
     (r"jina-ocr convert .*--endpoint .*", cli_parse, "needs running servers"),
@@ -246,15 +236,21 @@ def few_tokens(code: str) -> str:
     return re.sub(r"(max_new_tokens=)\d+", r"\g<1>2", code)
 
 
-def environment() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "JINA_OCR_MODEL"}
+def environment(cwd: Path) -> dict:
+    """The environment of every example: the loopback Hub and a Hugging Face cache of the work folder."""
+    drop = ("JINA_OCR_MODEL", "HF_HUB_OFFLINE", "HF_TOKEN")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    hub = json.loads((cwd / HUB_SETTINGS).read_text())
+    env.update(HF_ENDPOINT=hub["endpoint"], HF_HOME=str(cwd / "hf_home"), TOKENIZERS_PARALLELISM="false")
     return env
 
 
+HUB_SETTINGS = "hub.json"
+
+
 def run(argv: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(argv, cwd=cwd, env=environment(cwd), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (
         f"{what}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
@@ -262,13 +258,28 @@ def run(argv: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    assert any(c == EXPORT_LINE for _, c in COMMANDS), f"the README no longer shows {EXPORT_LINE!r}"
+def hub(tmp_path_factory):
+    """The loopback Hub with a tiny checkpoint in the released layout published as jinaai/jina-ocr-v1."""
+    with LoopbackHub(tmp_path_factory.mktemp("hub")) as server:
+        release = tmp_path_factory.mktemp("release") / "jina-ocr-v1"
+        write_released(release)
+        api = HfApi(endpoint=server.endpoint, token=server.token)
+        api.create_repo(RELEASE)
+        api.upload_folder(folder_path=release, repo_id=RELEASE)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, hub) -> Path:
+    for line in (EXPORT_LINE, EXPORT_RELEASE_LINE):
+        assert any(c == line for _, c in COMMANDS), f"the README no longer shows {line!r}"
     directory = tmp_path_factory.mktemp("readme")
+    (directory / HUB_SETTINGS).write_text(json.dumps({"endpoint": hub.endpoint}))
     (directory / "samples").symlink_to(ROOT / "samples")
-    run(["bash", "-c", EXPORT_LINE], directory, EXPORT_LINE)
+    for line in (EXPORT_LINE, EXPORT_RELEASE_LINE):
+        run(["bash", "-c", line], directory, line)
     assert (directory / "tiny-random" / "config.json").is_file()
-    (directory / PLACEHOLDER_MODEL).symlink_to(directory / "tiny-random")
+    assert json.loads((directory / PLACEHOLDER_MODEL / "config.json").read_text())["model_type"] == "jina_ocr"
     with open_document(ROOT / "samples" / "page.pdf") as document:
         document.render(1).save(directory / PAGE_IMAGE)
     return directory
@@ -300,8 +311,9 @@ def test_command(line, command, workdir, tmp_path):
         check(command, tmp_path)
     elif check is not None:
         check(command)
-    elif command == EXPORT_LINE:
-        assert (workdir / "tiny-random" / "config.json").is_file()  # the fixture ran it
+    elif command in (EXPORT_LINE, EXPORT_RELEASE_LINE):
+        assert (workdir / "tiny-random" / "config.json").is_file()  # the fixture ran both
+        assert (workdir / PLACEHOLDER_MODEL / "config.json").is_file()
     else:
         command = few_tokens(command)
         if command.startswith("jina-ocr convert") and "--max-new-tokens" not in command:

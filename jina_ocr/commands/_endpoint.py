@@ -15,6 +15,7 @@ from jina_ocr.services import endpoints
 
 SERVER_OPTIONS = {
     "model": "--model",
+    "revision": "--revision",
     "mode": "--mode",
     "no_mtp": "--no-mtp",
     "batch_size": "--batch-size",

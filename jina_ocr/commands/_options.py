@@ -28,6 +28,16 @@ def _mode_help() -> str:
     return ", ".join(sizes)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which model: a folder or a Hub id (see :mod:`jina_ocr.loading`), and the Hub revision."""
+    parser.add_argument(
+        "--model",
+        help="a model folder (a jina-ocr export, model files, or jina-ocr-v1 / DeepSeek-OCR as released) or "
+        "a Hub id such as jinaai/jina-ocr-v1 (default: $JINA_OCR_MODEL, else the bundled model)",
+    )
+    parser.add_argument("--revision", help="with a Hub id: the branch, tag or commit (default: main)")
+
+
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """How pages are read and the model runs: PDF resolution, resolution mode, decoding, device, dtype."""
     parser.add_argument(

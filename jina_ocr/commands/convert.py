@@ -28,6 +28,7 @@ from pathlib import Path
 from jina_ocr.commands import _endpoint
 from jina_ocr.commands._options import (
     add_fetch_arguments,
+    add_model_arguments,
     add_runtime_arguments,
     check_positive,
     fetch_policy,
@@ -74,9 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--pages", help="pages to convert, counted from 1, e.g. 1-3,7,10- (default: all)")
     parser.add_argument("--password", help="password of encrypted PDFs")
-    parser.add_argument(
-        "--model", help="exported model folder (default: $JINA_OCR_MODEL, else the bundled model)"
-    )
+    add_model_arguments(parser)
     parser.add_argument("--format", choices=("md", "json"), default="md", help="output format (default: md)")
     parser.add_argument(
         "--batch-size",
@@ -256,6 +255,7 @@ def _run_jobs(jobs: list[Job], args: argparse.Namespace) -> int:
     try:
         converter = converter or Converter.from_pretrained(
             args.model,
+            revision=args.revision,
             device=args.device,
             dtype=args.dtype,
             batch_size=args.batch_size,

@@ -1,8 +1,10 @@
 """``jina-ocr export``: write a Hub folder (flat remote code, config, weights, tokenizer, processor).
 
 Three sources: ``--random --preset tiny|full`` (random weights, for tests and benchmarks), ``--from
-DIR`` (a checkpoint folder laid out like deepseek-ai/DeepSeek-OCR or jinaai/jina-ocr-v1, converted to
-our code), and ``--no-weights`` with either, which writes everything but the weights.
+DIR_OR_HUB_ID`` (a checkpoint laid out like deepseek-ai/DeepSeek-OCR or jinaai/jina-ocr-v1, a folder or
+downloaded by its Hub id, converted to our code), and ``--no-weights`` with either, which writes
+everything but the weights. The tools themselves load released checkpoints directly
+(:mod:`jina_ocr.loading`); the export is for publishing a folder that plain Transformers loads.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", type=Path, help="folder to write (new or empty)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--random", action="store_true", help="random weights of a preset size")
-    source.add_argument("--from", dest="source", type=Path, help="a checkpoint folder to convert")
+    source.add_argument(
+        "--from",
+        dest="source",
+        help="a checkpoint to convert: a folder, or a Hub id such as jinaai/jina-ocr-v1 (downloaded)",
+    )
     parser.add_argument(
         "--preset", default="tiny", help="with --random: tiny (seconds on CPU) or full (3.34 B)"
     )
@@ -38,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from jina_ocr.export.folder import export_folder
     from jina_ocr.export.presets import export_random
-    from jina_ocr.export.source import load_source
+    from jina_ocr.loading import load_released, local_folder
 
     if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
         raise UserError(f"{args.out} exists and is not empty; pass --overwrite to replace it")
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             mtp=bool(use_mtp),
         )
     else:
-        source = load_source(args.source, weights=not args.no_weights)
+        source = load_released(local_folder(args.source, origin="--from"), weights=not args.no_weights)
         for note in source.notes:
             print(note)
         out = export_folder(
@@ -63,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             tokenizer=source.tokenizer,
             overwrite=True,
             use_mtp=use_mtp,
+            processor_mode=source.mode,
         )
     print(f"wrote {out}")
     return 0

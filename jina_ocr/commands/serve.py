@@ -7,6 +7,7 @@ from pathlib import Path
 
 from jina_ocr.commands._options import (
     add_fetch_arguments,
+    add_model_arguments,
     add_runtime_arguments,
     check_positive,
     fetch_policy,
@@ -21,9 +22,7 @@ HELP = "Serve a model over HTTP: OpenAI-compatible chat completions and PDF uplo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", help="exported model folder (default: $JINA_OCR_MODEL, else the bundled model)"
-    )
+    add_model_arguments(parser)
     parser.add_argument(
         "--host",
         default="127.0.0.1",
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         max_pixels=args.max_pixels,
     )
     fetching = fetch_policy(args, limits.max_request_bytes) if args.allow_urls else None
-    folder = resolve_model(args.model)
+    folder = resolve_model(args.model, args.revision)
     converter = Converter.from_pretrained(
         folder,
         device=args.device,
@@ -103,5 +102,7 @@ def run(args: argparse.Namespace) -> int:
         dpi=args.dpi,
         mode=args.mode,
     )
-    serve(converter, Path(folder).name, args.host, args.port, limits, args.batch_wait_ms / 1000, fetching)
+    # A Hub id names the model as the user does; a folder by its own name.
+    name = args.model if args.model and not Path(args.model).exists() else Path(folder).name
+    serve(converter, name, args.host, args.port, limits, args.batch_wait_ms / 1000, fetching)
     return 0

@@ -140,10 +140,11 @@ class Converter:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | os.PathLike | None = None, *, device=None, dtype=None, **options
+        cls, model: str | os.PathLike | None = None, *, revision=None, device=None, dtype=None, **options
     ) -> Converter:
-        """Load ``model`` (see :func:`jina_ocr.loading.load`) onto ``device`` in ``dtype``."""
-        loaded_model, processor = load(model, device=device, dtype=dtype)
+        """Load ``model`` (a folder or a Hub id at ``revision``, see :func:`jina_ocr.loading.load`) onto
+        ``device`` in ``dtype``."""
+        loaded_model, processor = load(model, revision=revision, device=device, dtype=dtype)
         return cls(loaded_model, processor, **options)
 
     def with_options(self, **options) -> Converter:
@@ -238,6 +239,7 @@ def convert(
     pages: PagesArgument = None,
     model: str | os.PathLike | Converter | None = None,
     *,
+    revision: str | None = None,
     password: str | None = None,
     name: str | None = None,
     device=None,
@@ -284,7 +286,13 @@ def convert(
             raise UserError(f"{', '.join(given)}: only with endpoint=")
     else:
         server_side = dict(
-            model=model, device=device, dtype=dtype, batch_size=batch_size, use_mtp=use_mtp, mode=mode
+            model=model,
+            revision=revision,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            use_mtp=use_mtp,
+            mode=mode,
         )
         given = [name for name, value in server_side.items() if value is not None]
         if given:
@@ -312,7 +320,8 @@ def convert(
     )
     try:
         if endpoint is None:
-            converter = Converter.from_pretrained(model, device=device, dtype=dtype).with_options(**options)
+            converter = Converter.from_pretrained(model, revision=revision, device=device, dtype=dtype)
+            converter = converter.with_options(**options)
             return converter.convert(document, numbers)
         given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
         remote = EndpointConverter(
