@@ -10,8 +10,10 @@ from __future__ import annotations
 import io
 import ipaddress
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import httpcore
@@ -29,6 +31,7 @@ from jina_ocr.services.fetch import (
     UpstreamError,
     address_problem,
     fetch,
+    redact_url,
     url_stem,
 )
 
@@ -307,3 +310,84 @@ def test_policy_values_are_checked():
     for bad in (dict(max_bytes=0), dict(timeout=0), dict(deadline=-1), dict(max_redirects=-1)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             FetchPolicy(**bad)
+
+
+class TricklingServer:
+    """A loopback server that answers each connection with a status line and headers sent one byte
+    every ``pause`` seconds, for at most ``seconds`` (so that a test cannot hang on it)."""
+
+    def __init__(self, pause: float = 0.1, seconds: float = 30.0):
+        self.pause = pause
+        self.seconds = seconds
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> TricklingServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.recv(65536)
+                headers = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"a" * 100_000
+                deadline = time.monotonic() + self.seconds
+                for byte in headers:
+                    if self.stop.is_set() or time.monotonic() > deadline:
+                        break
+                    try:
+                        connection.sendall(bytes([byte]))
+                    except OSError:  # the client gave up
+                        break
+                    time.sleep(self.pause)
+
+
+def test_a_server_trickling_its_headers_is_cut_off_at_the_deadline():
+    """Each byte comes well within the read timeout; the deadline still ends the whole fetch."""
+    with TricklingServer() as server:
+        start = time.monotonic()
+        with pytest.raises(FetchTimeout, match=r"/trickle: the download took longer than 1.5 s"):
+            fetch(
+                f"http://127.0.0.1:{server.port}/trickle",
+                FetchPolicy(allow_private=True, timeout=1.0, deadline=1.5),
+            )
+        assert time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("http://user:pass@example.org/a.pdf", "http://***@example.org/a.pdf"),
+        ("https://token@example.org:8443/?q=1", "https://***@example.org:8443/?q=1"),
+        ("http://user:p@ss@example.org/", "http://***@example.org/"),
+        ("see https://a:b@x.org/y and http://c@z.org", "see https://***@x.org/y and http://***@z.org"),
+        ("https://medium.com/@someone/post", "https://medium.com/@someone/post"),
+        ("https://example.org/report.pdf", "https://example.org/report.pdf"),
+        ("scans/report.pdf", "scans/report.pdf"),
+    ],
+)
+def test_redact_url_hides_credentials_only(text, shown):
+    assert redact_url(text) == shown
+
+
+def test_credentials_in_a_url_are_neither_sent_nor_shown(server):
+    url = server.url("/missing.pdf").replace("://", "://someone:s3cret@")
+    with pytest.raises(UpstreamError) as caught:
+        fetch(url, LOOPBACK)
+    assert "s3cret" not in str(caught.value) and "s3cret" not in caught.value.url
+    assert str(caught.value).startswith(server.url("/missing.pdf").replace("://", "://***@"))
+    with pytest.raises(RefusedURL, match=r"redirected to ftp://\*\*\*@example.org/: only http") as refused:
+        fetch(server.url("/to?ftp://a:s3cret@example.org/"), LOOPBACK)
+    assert "s3cret" not in str(refused.value)

@@ -223,6 +223,14 @@ def test_the_special_cases_against_their_definitions(tmp_path):
         == (sixteen_bit_level(30000),) * 3
     )
     assert load_page(np.full((4, 4), 30000, dtype=np.uint16)).getpixel((0, 0)) == (117, 117, 117)
+    # Values where the rounding rule and a truncating shift (v >> 8: 0, 0, 3, 117, 234, 255) part ways.
+    wide = np.array([[0, 200, 1000, 30000, 60000, 65535]], dtype=np.uint16)
+    rounded = [round(v / 257) for v in wide[0].tolist()]
+    assert rounded == [0, 1, 4, 117, 233, 255]
+    png = tmp_path / "wide16.png"
+    Image.fromarray(wide).save(png)
+    for source in (wide, png):
+        assert [load_page(source).getpixel((x, 0))[0] for x in range(wide.shape[1])] == rounded
     assert (
         Image.open(inputs["grey16.png"][0]).convert("RGB").getpixel((5, 5)) == WHITE
     )  # what Pillow alone gives

@@ -174,26 +174,28 @@ def assert_refused(response: httpx.Response, status: int, words: str) -> None:
 
 def test_bad_chat_requests_are_4xx_with_a_message(server, client, scans):
     with pytest.raises(openai.BadRequestError, match="has no image"):
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Read this."}])
+        client.chat.completions.create(
+            model="jina-ocr-tiny", messages=[{"role": "user", "content": "Read this."}]
+        )
     with pytest.raises(openai.BadRequestError, match="valid base64"):
         client.chat.completions.create(
-            model="m", messages=image_message("data:image/png;base64,@@not base64@@")
+            model="jina-ocr-tiny", messages=image_message("data:image/png;base64,@@not base64@@")
         )
     with pytest.raises(openai.BadRequestError, match="neither a PDF nor"):
         client.chat.completions.create(
-            model="m", messages=image_message(data_url(b"hello world", "text/plain"))
+            model="jina-ocr-tiny", messages=image_message(data_url(b"hello world", "text/plain"))
         )
     with pytest.raises(openai.BadRequestError, match="max_tokens must be a positive integer"):
         client.chat.completions.create(
-            model="m", messages=image_message(data_url(png(scans[0]))), max_tokens=0
+            model="jina-ocr-tiny", messages=image_message(data_url(png(scans[0]))), max_tokens=0
         )
     four = [data_url(png(scans[0]))] * 4
     with pytest.raises(openai.APIStatusError, match="4 pages in one request, over the limit of 3") as caught:
-        client.chat.completions.create(model="m", messages=image_message(*four))
+        client.chat.completions.create(model="jina-ocr-tiny", messages=image_message(*four))
     assert caught.value.status_code == 413
     with pytest.raises(openai.APIStatusError, match="3000x3000") as caught:
         client.chat.completions.create(
-            model="m", messages=image_message(data_url(png_header_only(3000, 3000)))
+            model="jina-ocr-tiny", messages=image_message(data_url(png_header_only(3000, 3000)))
         )
     assert caught.value.status_code == 413
     assert_refused(httpx.post(f"{server}/v1/chat/completions", content=b"{not json"), 400, "not valid JSON")
@@ -207,7 +209,7 @@ def test_remote_image_urls_are_refused_and_never_fetched(server, client):
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/page.png"
     try:
         with pytest.raises(openai.BadRequestError, match="never fetches remote URLs"):
-            client.chat.completions.create(model="m", messages=image_message(url))
+            client.chat.completions.create(model="jina-ocr-tiny", messages=image_message(url))
         assert httpx.get(f"{server}/{url}").status_code == 404  # GET /{url} is there only with --allow-urls
         with pytest.raises(TimeoutError):
             listener.accept()  # nobody ever connected
@@ -284,7 +286,7 @@ def test_eight_concurrent_requests_are_batched_and_each_answered_correctly(serve
     def ask(job):
         image, limit = job
         reply = client.chat.completions.create(
-            model="m", messages=image_message(data_url(png(image))), max_tokens=limit
+            model="jina-ocr-tiny", messages=image_message(data_url(png(image))), max_tokens=limit
         )
         return reply.choices[0].message.content, reply.usage.completion_tokens
 

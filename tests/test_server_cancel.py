@@ -69,7 +69,7 @@ def chat_body(image: Image.Image, max_tokens: int, stream: bool = False) -> dict
     url = f"data:image/png;base64,{base64.b64encode(png(image)).decode()}"
     content = [{"type": "image_url", "image_url": {"url": url}}]
     return {
-        "model": "m",
+        "model": "jina-ocr-tiny",
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "stream": stream,

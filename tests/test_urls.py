@@ -155,6 +155,23 @@ def test_the_python_api_converts_a_url_as_it_converts_the_bytes(tiny_export, doc
         jina_ocr.convert(url, pages="2", **options)
 
 
+def test_credentials_in_a_url_are_shown_redacted_by_convert_and_the_api(
+    run, tiny_export, documents, tmp_path
+):
+    secret = documents.url("/report.pdf").replace("://", "://user:hunter2@")
+    shown = documents.url("/report.pdf").replace("://", "://***@")
+    status, _, err = run(secret, "--pages", "1", "--allow-private-urls", "-o", tmp_path, "--format", "json")
+    assert status == 0, err
+    assert json.loads((tmp_path / "report.json").read_text())["source"] == shown
+    status, _, err = run(secret.replace("report", "missing"), "--allow-private-urls")
+    assert status == 1 and "hunter2" not in err and "://***@127.0.0.1" in err
+    options = dict(
+        model=tiny_export, mode="tiny", max_new_tokens=2, fetch_policy=FetchPolicy(allow_private=True)
+    )
+    [page] = jina_ocr.convert(secret, pages="1", **options)
+    assert page.source == shown
+
+
 @pytest.fixture(scope="module")
 def servers(lively_export, tmp_path_factory):
     """Base URLs of two ``jina-ocr serve --allow-urls`` processes: with and without
@@ -218,7 +235,7 @@ def test_a_pdf_page_by_x_page(servers, documents):
 
 def chat(base: str, url: str) -> httpx.Response:
     message = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
-    body = {"model": "m", "messages": [message], "max_tokens": 6}
+    body = {"messages": [message], "max_tokens": 6}  # no model name: the one served
     return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
 
 

@@ -14,8 +14,11 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename.
+
+    The temporary name is short and does not contain ``path``'s name, so that any name the file
+    system takes (up to 255 bytes) can be written; an OSError leaves ``path`` as it was."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".jina-ocr-", suffix=".part")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)

@@ -2,15 +2,16 @@
 
 Each input becomes ``<stem>.md`` or ``<stem>.json`` in the output folder; an input may be an http(s)
 URL, fetched within limits (:mod:`jina_ocr.services.fetch`), whose stem is the last segment of its path.
-Inputs that would share a name are numbered (``report.md``, ``report-2.md``). Without ``-o``,
-Markdown goes to stdout as pages finish (each document preceded by ``<!-- document: PATH -->`` when
-there are several) and JSON goes to stdout as one line per document (JSON Lines). In Markdown every page
-starts with the line ``<!-- page N -->``; a page that failed is replaced by
-``<!-- page N: not converted: REASON -->``. Outputs are written to a temporary file and renamed, so an
-interrupted run leaves finished files and no half-written ones. The exit status is 0 when every page
-of every input converted, 1 when some input or page failed (each reported on stderr), 2 for a usage
-error such as a malformed ``--pages``, an unusable ``-o``, a ``--model`` that is not a jina-ocr model
-folder or a ``--device`` the machine lacks, 130 when interrupted.
+Inputs that would share a name are numbered (``report.md``, ``report-2.md``); a file given more than
+once is converted once. Without ``-o``, Markdown goes to stdout as pages finish (each document
+preceded by ``<!-- document: PATH -->`` when there are several) and JSON goes to stdout as one line
+per document (JSON Lines). In Markdown every page starts with the line ``<!-- page N -->``; a page
+that failed is replaced by ``<!-- page N: not converted: REASON -->``. Outputs are written to a
+temporary file and renamed, so an interrupted run leaves finished files and no half-written ones.
+The exit status is 0 when every page of every input converted, 1 when some input or page failed or
+an output could not be written (each reported on stderr), 2 for a usage error such as a malformed
+``--pages``, an unusable ``-o``, an output that would replace an input, a ``--model`` that is not
+a jina-ocr model folder or a ``--device`` the machine lacks, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from jina_ocr.services.conversion import (
     document_record,
     html_comment,
 )
-from jina_ocr.services.fetch import FetchError, fetch, looks_like_url, url_stem
+from jina_ocr.services.fetch import FetchError, fetch, looks_like_url, redact_url, url_stem
 
 NAME = "convert"
 HELP = "Convert PDFs and images to Markdown (or per-page JSON)."
@@ -115,22 +116,69 @@ class Job:
 
 
 def _expand(inputs: list[str]) -> list[Path | str]:
-    """Files and URLs as given, folders replaced by their documents; a folder without any is a usage
-    error. A URL is an input that starts with ``scheme://``; the fetch refuses all but http(s)."""
+    """Files and URLs as given, folders replaced by their documents; a folder without any, or one that
+    cannot be listed, is a usage error. A URL is an input that starts with ``scheme://``; the fetch
+    refuses all but http(s). A path that cannot even be looked at (a loop of symbolic links, a name
+    too long) counts as a file, so that opening it reports it with the other inputs."""
     items: list[Path | str] = []
     for item in inputs:
         if looks_like_url(item):
             items.append(item)
             continue
         path = Path(item)
-        if path.is_dir():
-            found = find_documents(path)
+        if os.path.isdir(path):
+            try:
+                found = find_documents(path)
+            except OSError as error:
+                raise UserError(f"{path}: cannot list the folder ({error.strerror or error})") from None
             if not found:
                 raise UserError(f"{path}: folder contains no PDF or image files")
             items.extend(found)
         else:
             items.append(path)
     return items
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file ``path`` leads to (device and inode: one for every name of a file), or None when it
+    leads to none."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _distinct(items: list[Path | str]) -> list[Path | str]:
+    """``items`` with each file once, at its first mention: a file named twice (again, through a link,
+    or by a folder and by itself) would be converted twice into two outputs of the same text. Each
+    repeat is reported in one line. URLs are kept as given: only a fetch says what they hold."""
+    first: dict[tuple[int, int], Path] = {}
+    kept: list[Path | str] = []
+    for item in items:
+        identity = _identity(item) if isinstance(item, Path) else None
+        if identity is not None and identity in first:
+            _report(f"{item}: the same file as {first[identity]}, converted once")
+            continue
+        if identity is not None:
+            first[identity] = item
+        kept.append(item)
+    return kept
+
+
+def _check_inputs_survive(folder: Path, items: list[Path | str], names: list[str]) -> None:
+    """Refuse outputs that would replace an input, such as a PNG named ``scan.md`` converted into its
+    own folder: the rename that writes the output would destroy the document. Compared by resolved
+    path, which sees ``-o sub/..`` before ``sub`` exists, and by file identity, which sees hard links
+    and file systems that ignore case."""
+    paths = [item for item in items if isinstance(item, Path)]
+    by_path = {os.path.realpath(path): path for path in paths}
+    by_identity = {identity: path for path in paths if (identity := _identity(path)) is not None}
+    for name in names:
+        output = folder / name
+        overwritten = by_path.get(os.path.realpath(output)) or by_identity.get(_identity(output))
+        if overwritten is not None:
+            raise UserError(f"{output}: would overwrite the input {overwritten}")
 
 
 def output_names(items: list[Path | str], suffix: str) -> list[str]:
@@ -158,6 +206,16 @@ def _report(message: str) -> None:
     from tqdm import tqdm
 
     tqdm.write(f"jina-ocr convert: {message}", file=sys.stderr)
+
+
+def _show(text: str) -> None:
+    """Write ``text`` to stdout with the progress bar cleared first and drawn again after: on a
+    terminal, where stdout and the bar's stderr meet, text written as it is would continue the bar's
+    line."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stdout, end="")
+    sys.stdout.flush()
 
 
 def _check_output_folder(folder: Path) -> None:
@@ -201,7 +259,7 @@ def _open_jobs(items: list[Path | str], names: list[str], selection, args) -> tu
     jobs: list[Job] = []
     failed = False
     for item, output in zip(items, names, strict=True):
-        label = str(item)
+        label = redact_url(str(item))  # a URL's credentials are never shown
         try:
             source = fetch(item, policy) if isinstance(item, str) else item
             document, numbers = open_selection(
@@ -235,7 +293,11 @@ def run(args: argparse.Namespace) -> int:
     check_positive(args, "batch_size", "max_new_tokens", "dpi", "max_pixels")
     if not args.max_fetch_mb > 0:
         raise UserError("--max-fetch-mb must be positive")
-    jobs, failed = _open_jobs(items, output_names(items, suffix), selection, args)
+    items = _distinct(items)
+    names = output_names(items, suffix)
+    if args.output is not None:
+        _check_inputs_survive(args.output, items, names)
+    jobs, failed = _open_jobs(items, names, selection, args)
     try:
         status = _run_jobs(jobs, args) if jobs else 1
     finally:
@@ -321,7 +383,7 @@ def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
             converter = converter.with_options(progress=meter.add)
         for job in jobs:
             if to_stdout and args.format == "md" and len(jobs) > 1:
-                sys.stdout.write(html_comment(f"document: {job.label}") + "\n\n")
+                _show(html_comment(f"document: {job.label}") + "\n\n")
             results = []
             for result in converter.convert(job.document, job.numbers):
                 results.append(result)
@@ -333,13 +395,16 @@ def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
                 bar.set_postfix_str(meter.text(), refresh=False)
                 bar.update(1)
                 if to_stdout and args.format == "md":
-                    sys.stdout.write(document_markdown([result]) + "\n")
-                    sys.stdout.flush()
+                    _show(document_markdown([result]) + "\n")
             if to_stdout and args.format == "json":
-                sys.stdout.write(json.dumps(document_record(job.label, results)) + "\n")
-                sys.stdout.flush()
+                _show(json.dumps(document_record(job.label, results)) + "\n")
             elif not to_stdout:
                 record = json.dumps(document_record(job.label, results), ensure_ascii=False, indent=2)
                 text = document_markdown(results) if args.format == "md" else record + "\n"
-                write_atomic(args.output / job.output, text)
+                target = args.output / job.output
+                try:  # a full disk, a quota, a folder removed meanwhile: this output only, the old file kept
+                    write_atomic(target, text)
+                except OSError as error:
+                    failed = True
+                    _report(f"error: {target}: cannot be written ({error.strerror or error})")
     return failed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from jina_ocr.commands._options import (
@@ -26,9 +27,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default: %(default)s; the server has no authentication)",
+        help="address to listen on (default: %(default)s; without --api-key anyone who reaches it may use it)",
     )
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    parser.add_argument(
+        "--api-key",
+        help="answer only requests with the header Authorization: Bearer API_KEY (/health excepted) "
+        "(default: $JINA_OCR_API_KEY, else none)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="open connections beyond which requests are answered 503 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers are not all in by then (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="close an idle kept-alive connection after this long (default: %(default)s)",
+    )
     parser.add_argument(
         "--batch-size", type=int, default=8, help="pages per generate call (default: %(default)s)"
     )
@@ -71,14 +97,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from jina_ocr.services.server import Limits, serve
+        from jina_ocr.services.server import Connections, Limits, serve
     except ImportError as error:
         raise UserError(
             f"jina-ocr serve needs the HTTP server packages ({error.name} is missing): "
             "pip install 'jina-ocr[serve]'"
         ) from None
 
-    check_positive(args, "batch_size", "max_new_tokens", "dpi", "max_pages", "max_pixels")
+    check_positive(
+        args,
+        "batch_size",
+        "max_new_tokens",
+        "dpi",
+        "max_pages",
+        "max_pixels",
+        "max_connections",
+        "keep_alive_timeout",
+    )
+    if not args.header_timeout > 0:
+        raise UserError("--header-timeout must be positive")
+    key = api_key(args)
     if not args.max_request_mb > 0:
         raise UserError("--max-request-mb must be positive")
     if not 0 <= args.port <= 65535:
@@ -104,5 +142,21 @@ def run(args: argparse.Namespace) -> int:
     )
     # A Hub id names the model as the user does; a folder by its own name.
     name = args.model if args.model and not Path(args.model).exists() else Path(folder).name
-    serve(converter, name, args.host, args.port, limits, args.batch_wait_ms / 1000, fetching)
+    connections = Connections(
+        max_connections=args.max_connections,
+        header_seconds=args.header_timeout,
+        keep_alive_seconds=args.keep_alive_timeout,
+    )
+    serve(
+        converter, name, args.host, args.port, limits, args.batch_wait_ms / 1000, fetching, key, connections
+    )
     return 0
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The key of ``--api-key``, else of ``$JINA_OCR_API_KEY`` (which keeps it out of ``ps``); None
+    for no key. An empty key would let anyone in, so it is an error rather than quietly none."""
+    key = args.api_key if args.api_key is not None else os.environ.get("JINA_OCR_API_KEY")
+    if key is not None and not key.strip():
+        raise UserError("--api-key (or $JINA_OCR_API_KEY) is empty; give a key or leave it unset")
+    return key

@@ -16,8 +16,10 @@ selections, passwords, and errors that name the file and the page.
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,11 +314,15 @@ class ImageDocument(Document):
             raise CorruptDocumentError(self.source, f"cannot read the frame: {error}", page=number) from error
 
     def render(self, number: int) -> Image.Image:
+        """The frame as an image of its own: an RGB frame decodes to the open image itself, which the
+        next :meth:`_seek` turns into another frame, and a batch renders several frames before the
+        model reads any of them."""
         self._seek(number)
         try:
-            return decode_image(self._image, self.max_pixels, self.source)
+            page = decode_image(self._image, self.max_pixels, self.source)
         except PageError as error:
             raise self._page_error(error, number) from None
+        return page.copy() if page is self._image else page
 
     def close(self) -> None:
         self._image.close()
@@ -364,19 +370,26 @@ def open_document(
         data = None
         label = name or str(path)
         try:
-            size = path.stat().st_size
-            if path.is_dir():
+            info = path.stat()
+            if stat.S_ISDIR(info.st_mode):
                 raise DocumentError(label, "is a directory, not a document")
+            if not stat.S_ISREG(info.st_mode):  # opening a FIFO waits for a writer, a device may act
+                raise DocumentError(label, f"is {_special_file_kind(info.st_mode)}, not a regular file")
+            size = info.st_size
             with path.open("rb") as handle:
                 head = handle.read(SNIFF_BYTES)
         except FileNotFoundError:
             raise DocumentError(label, "no such file") from None
+        except NotADirectoryError:
+            raise DocumentError(
+                label, f"no such file ({_file_above(path)} is a file, not a folder)"
+            ) from None
         except PermissionError:
             raise DocumentError(label, "permission denied") from None
         except IsADirectoryError:
             raise DocumentError(label, "is a directory, not a document") from None
         except OSError as error:  # too many open files, an I/O error of the disk, ...
-            raise DocumentError(label, f"cannot be read ({error.strerror or error})") from None
+            raise DocumentError(label, _os_error_reason(error)) from None
     if size == 0:
         raise EmptyDocumentError(label, "is empty (0 bytes)")
     kind = sniff(head)
@@ -385,6 +398,33 @@ def open_document(
     if kind == "image":
         return _open_image(source if data is None else data, label, dpi, max_pixels)
     raise UnknownFormatError(label, NOT_A_DOCUMENT)
+
+
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _special_file_kind(mode: int) -> str:
+    """What a file that is neither a regular file nor a folder is, for a message."""
+    return next((kind for test, kind in _SPECIAL_FILES if test(mode)), "a special file")
+
+
+def _file_above(path: Path) -> Path:
+    """The folder in ``path`` that is a file: why the path is "not a directory"."""
+    return next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), path.parent)
+
+
+def _os_error_reason(error: OSError) -> str:
+    """Why a path cannot be read, in the user's words where the error has a common cause."""
+    if error.errno == errno.ELOOP:
+        return "is a loop of symbolic links"
+    if error.errno == errno.ENAMETOOLONG:
+        return "the path or a name in it is too long for the file system"
+    return f"cannot be read ({error.strerror or error})"
 
 
 def open_selection(
@@ -475,5 +515,10 @@ def is_blank(image: Image.Image) -> bool:
 
 
 def find_documents(folder: str | os.PathLike) -> list[Path]:
-    """The documents directly inside ``folder`` (by file name ending), sorted by name."""
-    return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)
+    """The documents directly inside ``folder`` (by file name ending), sorted by name.
+
+    Every entry but a folder is listed, also one that cannot be opened as a file (a symbolic link
+    that loops or leads nowhere, a FIFO): opening it reports why, where leaving it out would drop a
+    document the user expects without a word."""
+    entries = Path(folder).iterdir()
+    return sorted(p for p in entries if not os.path.isdir(p) and p.suffix.lower() in DOCUMENT_SUFFIXES)

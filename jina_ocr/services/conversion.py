@@ -39,7 +39,7 @@ from jina_ocr.runtime.documents import (
 )
 from jina_ocr.runtime.results import PageResult, blank_generation
 from jina_ocr.services.endpoints import EndpointConverter, RetryPolicy, closing_stream
-from jina_ocr.services.fetch import FetchPolicy, fetch, looks_like_url
+from jina_ocr.services.fetch import FetchPolicy, fetch, looks_like_url, redact_url
 
 DEFAULT_BATCH_SIZE = 4
 
@@ -275,7 +275,7 @@ def convert(
     is given; a URL that cannot be fetched raises :class:`~jina_ocr.services.fetch.FetchError`.
     """
     if looks_like_url(source):
-        name = name or source
+        name = name or redact_url(source)  # named by the URL, its credentials not shown
         source = fetch(source, fetch_policy)
     if endpoint is None:
         client_side = dict(

@@ -14,7 +14,9 @@ fetch here:
   rebinding). TLS still verifies the certificate for the host name of the URL;
 - ignores proxy variables (``HTTP_PROXY``, ``HTTPS_PROXY``): a proxy would connect on our behalf to
   an address we never see. ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` are honoured as by httpx;
-- bounds the work: connect and read timeouts, a deadline for the whole download, at most
+- bounds the work: connect and read timeouts, a deadline for the whole fetch (connecting, TLS,
+  headers and body, redirects included, enforced on every socket operation, so that a server
+  trickling header bytes cannot hold it either; name resolution is the system's), at most
   ``max_redirects`` redirects, and a size limit checked against ``Content-Length`` first and then
   while the body streams in, so that an endless body is cut off at the limit;
 - accepts a body only if its first bytes are a PDF or an image (:func:`jina_ocr.runtime.documents.sniff`),
@@ -22,7 +24,8 @@ fetch here:
 
 The transport is httpcore, the connection layer of httpx: httpx's own transport offers no hook for
 the network backend, which is where the address check has to sit. Each refusal is a
-:class:`FetchError` naming the URL and the reason in one line.
+:class:`FetchError` naming the URL and the reason in one line. A URL is shown only through
+:func:`redact_url`: credentials in it (``user:pass@``) are never sent, and never echoed either.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds to wait for a connection, and for each next piece of the answer."""
 
 DEFAULT_DEADLINE = 300.0
-"""Seconds a whole download may take, so that a server sending a byte now and then cannot hold it."""
+"""Seconds a whole fetch may take, so that a server sending a byte now and then cannot hold it."""
 
 MAX_REDIRECTS = 5
 
@@ -62,6 +65,8 @@ SCHEMES = ("http", "https")
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+"""The ``user:password@`` of a URL, anywhere in a text: it ends at the last ``@`` before the path."""
 _UNSAFE_IN_NAMES = re.compile(r'[\x00-\x1f\x7f/\\:*?"<>|]')
 """Characters a decoded URL segment may hold that a file name should not (separators, controls, and
 those Windows refuses)."""
@@ -99,12 +104,12 @@ class FetchPolicy:
 
 
 class FetchError(UserError):
-    """A URL that could not be fetched: ``url`` as given and the ``reason``, in one line."""
+    """A URL that could not be fetched: ``url`` (credentials redacted) and the ``reason``, in one line."""
 
     def __init__(self, url: str, reason: str):
-        self.url = url
+        self.url = redact_url(url)
         self.reason = reason
-        super().__init__(f"{url}: {reason}")
+        super().__init__(f"{self.url}: {reason}")
 
 
 class RefusedURL(FetchError):
@@ -130,6 +135,13 @@ class _AddressRefused(Exception):
 def looks_like_url(text) -> bool:
     """Whether a command-line input or ``source`` is meant as a URL (``scheme://...``), not a path."""
     return isinstance(text, str) and _URL.match(text) is not None
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the credentials of each URL in it replaced: ``http://user:pass@host/`` is shown as
+    ``http://***@host/``. Every message, log line and ``source`` that shows a URL goes through this,
+    since a URL given with a password is not something to print; other text comes back unchanged."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def url_stem(url: str) -> str:
@@ -195,11 +207,13 @@ class CheckedBackend(httpcore.NetworkBackend):
 
     httpcore calls :meth:`connect_tcp` with the host name of the URL and then starts TLS on the
     returned stream with that same name, so certificates are verified for the name while the socket
-    goes to the address this class checked.
+    goes to the address this class checked. Connecting, and every operation on the connection, ends
+    by ``deadline`` (a :func:`time.monotonic` time) at the latest.
     """
 
-    def __init__(self, allow_private: bool):
+    def __init__(self, allow_private: bool, deadline: float = float("inf")):
         self.allow_private = allow_private
+        self.deadline = deadline
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
@@ -215,9 +229,13 @@ class CheckedBackend(httpcore.NetworkBackend):
         failure: httpcore.ConnectError | None = None
         for address in addresses:
             try:
-                return self._inner.connect_tcp(str(address), port, timeout, local_address, socket_options)
+                stream = self._inner.connect_tcp(
+                    str(address), port, _until(self.deadline, timeout), local_address, socket_options
+                )
             except httpcore.ConnectError as error:
                 failure = error
+            else:
+                return _DeadlineStream(stream, self.deadline)
         raise failure or httpcore.ConnectError(f"{host} has no address")
 
     def connect_unix_socket(self, path, timeout=None, socket_options=None):
@@ -225,6 +243,42 @@ class CheckedBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
+
+
+def _until(deadline: float, timeout: float | None) -> float:
+    """The timeout of one socket operation: httpcore's own, cut short by the fetch's deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.TimeoutException("past the deadline of the fetch")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose reads, writes and TLS handshake all end by the fetch's deadline.
+
+    httpcore's timeouts count from each operation, so a server that sends a header byte a second
+    never trips them; cutting each operation short at the deadline bounds the whole fetch.
+    """
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float):
+        self._inner = inner
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _until(self._deadline, timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _until(self._deadline, timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        secured = self._inner.start_tls(ssl_context, server_hostname, _until(self._deadline, timeout))
+        return _DeadlineStream(secured, self._deadline)
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
 
 
 def _is_literal(host: str, address: IPAddress) -> bool:
@@ -246,7 +300,7 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
     }
     pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(),
-        network_backend=CheckedBackend(policy.allow_private),
+        network_backend=CheckedBackend(policy.allow_private, deadline),
         max_connections=1,
     )
     try:
@@ -264,13 +318,15 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
                         continue
                     if not 200 <= response.status < 300:
                         raise UpstreamError(url, f"the server answered {response.status}{_phrase(response)}")
-                    return _read_body(url, response, policy, deadline)
+                    return _read_body(url, response, policy)
             raise RefusedURL(url, f"more than {policy.max_redirects} redirects (a redirect loop?)")
     except _AddressRefused as error:
         raise RefusedURL(url, f"refused: {error}") from None
-    except httpcore.ConnectTimeout:
-        raise FetchTimeout(url, f"no connection within {policy.timeout:g} s (connect timeout)") from None
-    except httpcore.TimeoutException:
+    except httpcore.TimeoutException as error:
+        if time.monotonic() >= deadline:
+            raise FetchTimeout(url, f"the download took longer than {policy.deadline:g} s") from None
+        if isinstance(error, httpcore.ConnectTimeout):
+            raise FetchTimeout(url, f"no connection within {policy.timeout:g} s (connect timeout)") from None
         raise FetchTimeout(url, f"no data for {policy.timeout:g} s (read timeout)") from None
     except httpcore.ConnectError as error:
         raise UpstreamError(url, f"cannot connect: {error}") from None
@@ -281,7 +337,7 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
 def _checked_url(url: str, location: str, base: httpx.URL | None = None) -> httpx.URL:
     """``location`` (the URL itself, or a redirect's target relative to ``base``) parsed; refused
     unless it is http(s) with a host."""
-    via = "" if base is None else f"redirected to {location}: "
+    via = "" if base is None else f"redirected to {redact_url(location)}: "
     try:
         target = httpx.URL(location) if base is None else base.join(location)
     except httpx.InvalidURL as error:
@@ -306,7 +362,7 @@ def _phrase(response: httpcore.Response) -> str:
     return f" {reason}" if reason else ""
 
 
-def _read_body(url: str, response: httpcore.Response, policy: FetchPolicy, deadline: float) -> bytes:
+def _read_body(url: str, response: httpcore.Response, policy: FetchPolicy) -> bytes:
     encoding = (_header(response, b"content-encoding") or "identity").lower()
     if encoding != "identity":
         # The bytes arrive as sent, undecoded: we ask for identity rather than decompress, since a
@@ -331,8 +387,6 @@ def _read_body(url: str, response: httpcore.Response, policy: FetchPolicy, deadl
         if not sniffed and len(body) >= SNIFF_BYTES:
             _check_document(url, body, kind)
             sniffed = True
-        if time.monotonic() > deadline:
-            raise FetchTimeout(url, f"the download took longer than {policy.deadline:g} s")
     if not sniffed:
         _check_document(url, body, kind)
     return bytes(body)

@@ -8,7 +8,11 @@ Endpoints:
   (or ``max_completion_tokens``) limits tokens per page. With ``"stream": true`` the answer comes as
   server-sent events, one content chunk per page as it finishes (the model is batched across
   requests, which per-token streaming would prevent). Sampling parameters are ignored: decoding is
-  greedy. System messages are ignored: the model knows one instruction.
+  greedy. System messages are ignored: the model knows one instruction. A ``model`` that is not
+  the one ``/v1/models`` lists is a 404; a request may leave it out. With several pages each page
+  starts with ``<!-- page N -->``, numbered 1 to n through the request (as ``jina-ocr convert``
+  marks the pages of a document); a one-page answer is the page's text alone, as the model's own
+  API answers, which ``jina-ocr convert --endpoint`` (one page per request) relies on.
 - ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
   fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
   ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "fastmtp", "error"}]}`` as
@@ -19,6 +23,10 @@ Endpoints:
   selects pages (``3``, ``2-5``, ``1,4``). The answer is the Markdown of ``jina-ocr convert``
   (``text/markdown``), or with ``Accept: application/json`` the JSON of ``/v1/documents``.
 - ``GET /health`` and ``GET /v1/models``.
+
+With an API key (``--api-key``) every endpoint but ``/health`` answers 401 unless the request
+carries ``Authorization: Bearer KEY``. A URL is shown (in errors, ``source`` and the access log)
+with its credentials redacted.
 
 Pages from all requests go through one queue; a worker thread takes up to ``batch_size`` pages that
 share a prompt and runs them as one ``generate`` call through the batch driver
@@ -40,7 +48,10 @@ import base64
 import binascii
 import concurrent.futures
 import dataclasses
+import functools
+import hmac
 import json
+import logging
 import queue
 import re
 import threading
@@ -52,12 +63,16 @@ from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated
 
+import h11
+import uvicorn
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
@@ -74,6 +89,7 @@ from jina_ocr.services.fetch import (
     UpstreamError,
     fetch,
     looks_like_url,
+    redact_url,
 )
 
 DISCONNECT_POLL_SECONDS = 0.2
@@ -91,6 +107,70 @@ class Limits:
     max_pages: int = 64
     max_pixels: int = SERVER_MAX_PIXELS
     max_queued_pages: int = 512
+
+
+@dataclass(frozen=True)
+class Connections:
+    """How many connections the HTTP server holds and for how long, so that clients that open many,
+    or send a request slowly or never finish it, cannot take the server from everyone else.
+
+    Over ``max_connections`` open connections a new request is answered 503. A connection whose
+    request line and headers are not all in ``header_seconds`` after it opened (or after its last
+    answer) is closed, so half-sent requests cannot hold those places; an idle kept-alive one is
+    closed after ``keep_alive_seconds``; request headers over ``max_header_bytes`` are a 400.
+    """
+
+    max_connections: int = 256
+    header_seconds: float = 10.0
+    keep_alive_seconds: int = 5
+    max_header_bytes: int = 64 * 1024
+
+
+class HeaderDeadline(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request's headers, which uvicorn lacks: its
+    keep-alive timeout starts only after an answer, so a connection that sends a header byte now and
+    then would stay open for ever."""
+
+    def __init__(self, *args, header_seconds: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.header_seconds = header_seconds
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._start_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._start_header_timer()
+
+    def connection_lost(self, exc) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        super().connection_lost(exc)
+
+    def _start_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._header_timer = self.loop.call_later(self.header_seconds, self._close_if_no_request)
+
+    def _close_if_no_request(self) -> None:
+        """Close the connection if the client's request has still not come whole (h11 sees the
+        client IDLE until the request line and every header arrived)."""
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+class _RedactedAccessLog(logging.Filter):
+    """Credentials in a ``GET /{url}`` path are redacted in uvicorn's access log, as everywhere else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_url(arg) if isinstance(arg, str) else arg for arg in record.args)
+        return True
+
+
+_REDACTED_ACCESS_LOG = _RedactedAccessLog()
 
 
 class RequestError(HTTPException):
@@ -148,6 +228,28 @@ class BodyLimit:
             if started:
                 raise
             await JSONResponse(_error_body(413, message), status_code=413)(scope, receive, send)
+
+
+class ApiKey:
+    """ASGI middleware answering 401 to any request but ``GET /health`` that lacks ``Authorization:
+    Bearer KEY``. It sits outside the other middleware so that a stranger's body is never read; the
+    key is compared in constant time so that timing does not reveal how much of a guess was right."""
+
+    def __init__(self, app, key: str):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] == "/health":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        message = "missing or wrong API key: send the header Authorization: Bearer <key>"
+        response = JSONResponse(
+            _error_body(401, message), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+        await response(scope, receive, send)
 
 
 @dataclass
@@ -321,7 +423,7 @@ class OCRService:
         if budget < 1:
             raise RequestError(
                 413,
-                f"{url}: the documents of this request already fill the limit of "
+                f"{redact_url(url)}: the documents of this request already fill the limit of "
                 f"{self.limits.max_request_bytes:,} bytes",
             )
         policy = dataclasses.replace(self.fetching, max_bytes=budget)
@@ -371,6 +473,13 @@ class OCRService:
         self.check_page_count(len(numbers))
         self.refuse_oversized_pages(document, numbers)
         return numbers
+
+    def check_model(self, model) -> None:
+        """A request may name the served model or none; another name is a 404, as OpenAI answers."""
+        if model is not None and model != self.model_id:
+            raise RequestError(
+                404, f"model {model!r} is not served here; this server serves {self.model_id!r}"
+            )
 
     def check_page_count(self, count: int) -> None:
         if count > self.limits.max_pages:
@@ -522,11 +631,13 @@ def create_app(
     limits: Limits | None = None,
     batch_wait_seconds: float = 0.01,
     fetching: FetchPolicy | None = None,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The ASGI application; the batching worker runs while the application's lifespan does.
 
     ``fetching`` allows documents by URL (``GET /{url}`` and http(s) image URLs) within that policy;
-    its ``max_bytes`` is replaced by what is left of the request body limit.
+    its ``max_bytes`` is replaced by what is left of the request body limit. With ``api_key`` every
+    endpoint but ``/health`` needs ``Authorization: Bearer <api_key>``.
     """
     service = OCRService(converter, model_id, limits or Limits(), batch_wait_seconds, fetching)
 
@@ -541,13 +652,18 @@ def create_app(
     app = FastAPI(title="jina-ocr", lifespan=lifespan)
     app.state.service = service
     app.add_middleware(BodyLimit, max_bytes=service.limits.max_request_bytes)
+    if api_key is not None:
+        app.add_middleware(ApiKey, key=api_key)  # added last: the outermost, before any body is read
 
     @app.exception_handler(HTTPException)
     async def http_error(request, error: HTTPException):
         return JSONResponse(_error_body(error.status_code, str(error.detail)), status_code=error.status_code)
 
     @app.exception_handler(ClientGone)
-    async def client_gone(request, error: ClientGone):
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request, error: Exception):
+        """A client that hung up, waiting for its pages or halfway through sending its body: nobody
+        to answer, and nothing to log but the access line (not a traceback per half-sent request)."""
         return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(RequestValidationError)
@@ -587,7 +703,13 @@ def create_app(
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestError(400, "the request body is not valid JSON") from None
+        except RecursionError:
+            raise RequestError(400, "the request body is JSON nested too deeply") from None
         images, prompt = _chat_inputs(body, fetch_urls=service.fetching is not None)
+        service.check_model(body.get("model"))
+        stream_options = body.get("stream_options")
+        if stream_options is not None and not isinstance(stream_options, dict):
+            raise RequestError(400, f"stream_options must be an object, not {type(stream_options).__name__}")
         limit = service.max_new_tokens(
             body.get("max_completion_tokens", body.get("max_tokens")),
             "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens",
@@ -600,7 +722,7 @@ def create_app(
                 if isinstance(image, str):
                     data = await service.fetch(image, budget)
                     budget -= len(data)
-                    documents.append(service.open(data, f"{where} ({image})"))
+                    documents.append(service.open(data, f"{where} ({redact_url(image)})"))
                 else:
                     documents.append(service.open(image, where))
             pages = [_Page(d, n) for d in documents for n in range(1, d.page_count + 1)]
@@ -619,7 +741,7 @@ def create_app(
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            include_usage = bool((stream_options or {}).get("include_usage"))
             stream = _chat_stream(
                 service, request, pages, documents, prompt, limit, completion_id, created, include_usage
             )
@@ -627,12 +749,12 @@ def create_app(
         try:
             texts, prompt_tokens, tokens, truncated = [], 0, 0, False
             async with aclosing(service.run_pages(request, pages, prompt, limit)) as outcomes:
-                async for page, outcome in outcomes:
+                async for _, outcome in outcomes:
                     if isinstance(outcome, DocumentError):
                         raise RequestError(400, str(outcome))
                     if isinstance(outcome, Exception):
                         raise outcome
-                    texts.append(_chat_page_text(outcome.markdown, page, len(pages)))
+                    texts.append(_chat_page_text(outcome.markdown, len(texts) + 1, len(pages)))
                     prompt_tokens += outcome.prompt_tokens
                     tokens += outcome.tokens
                     truncated |= outcome.tokens >= limit
@@ -683,7 +805,8 @@ def create_app(
         async def document_by_url(request: Request):
             url = _requested_url(request)
             data = await service.fetch(url, service.limits.max_request_bytes)
-            document = service.open(data, url)
+            shown = redact_url(url)
+            document = service.open(data, shown)
             try:
                 numbers = service.select(document, request.headers.get("x-page"))
                 limit = service.max_new_tokens(None)
@@ -691,7 +814,7 @@ def create_app(
             finally:
                 _close([document])
             if _wants_json(request.headers.get("accept")):
-                return document_record(url, results)
+                return document_record(shown, results)
             return Response(document_markdown(results), media_type="text/markdown")
 
     return app
@@ -705,7 +828,7 @@ def _requested_url(request: Request) -> str:
     query = request.scope.get("query_string", b"").decode("latin-1")
     url = re.sub(r"^(https?):/(?!/)", r"\1://", path, flags=re.IGNORECASE)
     if not looks_like_url(url):
-        raise RequestError(400, f"{url}: not a URL; ask for GET /https://host/path")
+        raise RequestError(400, f"{redact_url(url)}: not a URL; ask for GET /https://host/path")
     return f"{url}?{query}" if query else url
 
 
@@ -718,11 +841,13 @@ def _wants_json(accept: str | None) -> bool:
     return False
 
 
-def _chat_page_text(markdown: str, page: _Page, page_count: int) -> str:
-    """One page's text in a chat answer; with several pages each starts with the page marker."""
+def _chat_page_text(markdown: str, position: int, page_count: int) -> str:
+    """The text of the request's page ``position`` (1 to ``page_count``, through all its images and
+    documents) in a chat answer: with several pages it starts with the page marker of ``jina-ocr
+    convert``; one page is its text alone, as the model's own API answers."""
     if page_count == 1:
         return markdown
-    return f"{PAGE_MARKER.format(page=page.number)}\n\n{markdown}"
+    return f"{PAGE_MARKER.format(page=position)}\n\n{markdown}"
 
 
 def _close(documents: list[Document]) -> None:
@@ -764,16 +889,16 @@ async def _chat_stream(
     truncated = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
-        first = True
+        position = 0
         async with aclosing(service.run_pages(request, pages, prompt, limit)) as outcomes:
-            async for page, outcome in outcomes:
+            async for _, outcome in outcomes:
                 if isinstance(outcome, Exception):
                     status = 400 if isinstance(outcome, DocumentError) else 500
                     yield _sse(_error_body(status, str(outcome)))
                     return
-                text = _chat_page_text(outcome.markdown, page, len(pages))
-                yield _sse(chunk({"content": text if first else "\n\n" + text}))
-                first = False
+                position += 1
+                text = _chat_page_text(outcome.markdown, position, len(pages))
+                yield _sse(chunk({"content": text if position == 1 else "\n\n" + text}))
                 prompt_tokens += outcome.prompt_tokens
                 tokens += outcome.tokens
                 truncated |= outcome.tokens >= limit
@@ -792,6 +917,25 @@ async def _chat_stream(
         _close(documents)
 
 
+def server_config(
+    app, host: str = "127.0.0.1", port: int = 8000, connections: Connections | None = None, log_level="info"
+) -> uvicorn.Config:
+    """uvicorn's configuration of ``app`` within the limits of ``connections``."""
+    connections = connections or Connections()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=functools.partial(HeaderDeadline, header_seconds=connections.header_seconds),
+        limit_concurrency=connections.max_connections,
+        timeout_keep_alive=connections.keep_alive_seconds,
+        h11_max_incomplete_event_size=connections.max_header_bytes,
+    )
+    logging.getLogger("uvicorn.access").addFilter(_REDACTED_ACCESS_LOG)  # after uvicorn set its logging up
+    return config
+
+
 def serve(
     converter: Converter,
     model_id: str,
@@ -800,9 +944,9 @@ def serve(
     limits: Limits | None = None,
     batch_wait_seconds: float = 0.01,
     fetching: FetchPolicy | None = None,
+    api_key: str | None = None,
+    connections: Connections | None = None,
 ) -> None:
     """Run the server until interrupted."""
-    import uvicorn
-
-    app = create_app(converter, model_id, limits, batch_wait_seconds, fetching)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    app = create_app(converter, model_id, limits, batch_wait_seconds, fetching, api_key)
+    uvicorn.Server(server_config(app, host, port, connections)).run()
