@@ -333,10 +333,20 @@ def load_released(folder: str | Path, weights: bool = True) -> Released:
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     folder = Path(folder)
-    if not (folder / "config.json").is_file():
+    path = folder / "config.json"
+    if not path.is_file():
         raise UserError(f"{folder} has no config.json; point at a checkpoint folder")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: cannot be read as JSON ({error})") from None
+    if not isinstance(settings, dict):
+        raise UserError(f"{path}: holds no JSON object of settings")
+    # The auto_map names the folder's own remote code (an export's, or DeepSeek-OCR's), which the
+    # installed classes replace: kept, it would make Transformers offer to run that code.
+    settings.pop("auto_map", None)
     # from_dict rather than from_pretrained: the released model_type ("deepseek_vl_v2") is expected here.
-    config = JinaOCRConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    config = JinaOCRConfig.from_dict(settings)
     notes = []
     if not config.num_nextn_predict_layers:
         notes.append(f"{folder} has no FastMTP head: it decodes with plain greedy (FastMTP off)")
@@ -349,7 +359,11 @@ def load_released(folder: str | Path, weights: bool = True) -> Released:
         # Not dtype="auto": that follows config.json's dtype, which may disagree with the stored tensors
         # (float32 weights under a config that says bfloat16 would be rounded silently).
         model, info = JinaOCRForConditionalGeneration.from_pretrained(
-            folder, config=config, dtype=stored_dtype(folder), output_loading_info=True
+            folder,
+            config=config,
+            dtype=stored_dtype(folder),
+            output_loading_info=True,
+            trust_remote_code=False,
         )
         if info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]:
             raise UserError(f"the weights in {folder} do not fit the model: {info}")

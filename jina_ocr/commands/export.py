@@ -38,16 +38,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="FastMTP drafting by default in generation_config.json (default: off with --random, whose "
         "random head drafts nothing useful; with --from, on when the checkpoint has a head)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace the folder if it is not empty")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier export in the folder (the files an export writes; others stay)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from jina_ocr.export.folder import export_folder
+    from jina_ocr.export.folder import check_output, export_folder
     from jina_ocr.export.presets import export_random
     from jina_ocr.loading import load_released, local_folder
 
-    if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
-        raise UserError(f"{args.out} exists and is not empty; pass --overwrite to replace it")
+    if args.source is not None and Path(args.source).exists():
+        _check_apart(args.out, Path(args.source))
+    check_output(args.out, args.overwrite, flag="--overwrite")
     use_mtp = None if args.mtp is None else args.mtp == "on"
     if args.random:
         out = export_random(
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             preset=args.preset,
             seed=args.seed,
             weights=not args.no_weights,
-            overwrite=True,
+            overwrite=args.overwrite,
             mtp=bool(use_mtp),
         )
     else:
@@ -67,9 +72,20 @@ def run(args: argparse.Namespace) -> int:
             config=source.config,
             model=source.model,
             tokenizer=source.tokenizer,
-            overwrite=True,
+            overwrite=args.overwrite,
             use_mtp=use_mtp,
             processor_mode=source.mode,
         )
     print(f"wrote {out}")
     return 0
+
+
+def _check_apart(out: Path, source: Path) -> None:
+    """Refuse an output folder that is the source folder, holds it or lies inside it: replacing the
+    output would delete the source, or the source would change under the export of it."""
+    here, there = out.resolve(), source.resolve()
+    if here == there or here in there.parents or there in here.parents:
+        raise UserError(
+            f"{out}: the output folder must lie apart from the checkpoint it converts (--from {source}); "
+            "choose another folder"
+        )

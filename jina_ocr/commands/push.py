@@ -3,7 +3,8 @@
 The folder is checked with the same rules as ``jina-ocr export`` before anything is sent, so a folder
 that would not load with ``trust_remote_code=True`` never reaches the Hub. The upload is one
 ``HfApi.upload_folder`` commit; ``huggingface_hub`` reads the token (``--token``, ``HF_TOKEN`` or the
-saved login) and the Hub address (``HF_ENDPOINT``) as usual.
+saved login) and the Hub address (``HF_ENDPOINT``) as usual. ``--timeout`` bounds each wait for an
+answer of the Hub, which the library's HTTP client otherwise leaves unbounded.
 
 The export owns the repo's code, configs and weights: a file of those kinds that the folder lacks is
 deleted in the same commit, because a stale module, shard index or config left from an earlier
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 from pathlib import Path
 
 from jina_ocr.errors import UserError
@@ -38,9 +40,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", help="a Hub token with write access (default: HF_TOKEN or the saved login)"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for each answer of the Hub before giving up (60)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from huggingface_hub.utils import get_session
+
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UserError(f"--timeout {args.timeout}: give a positive number of seconds")
+    # huggingface_hub's shared HTTP client waits for an answer without limit: a Hub address that accepts
+    # connections and never answers would hold the upload forever.
+    session = get_session()
+    previous = session.timeout
+    session.timeout = args.timeout
+    try:
+        return _push(args)
+    finally:
+        session.timeout = previous
+
+
+def _push(args: argparse.Namespace) -> int:
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 
@@ -62,7 +86,11 @@ def run(args: argparse.Namespace) -> int:
             ignore_patterns=IGNORE_PATTERNS,
             delete_patterns=EXPORT_OWNED_PATTERNS,
         )
-    except _connection_errors() as error:
+    except _client_errors("TimeoutException") as error:
+        raise UserError(
+            f"the Hub at {api.endpoint} did not answer within {args.timeout:g} s (--timeout)"
+        ) from error
+    except _client_errors("TransportError") as error:
         raise UserError(f"cannot reach the Hub at {api.endpoint}: {error}") from error
     except HFValidationError as error:
         raise UserError(f"{args.repo_id!r} is not a valid repo id: {error}") from error
@@ -76,13 +104,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _connection_errors() -> tuple[type[Exception], ...]:
-    """What the HTTP client of the installed huggingface_hub raises when the Hub cannot be reached:
-    httpx's TransportError before huggingface_hub 2.0, httpx2's from 2.0 on."""
+def _client_errors(name: str) -> tuple[type[Exception], ...]:
+    """The exception ``name`` of the HTTP client of the installed huggingface_hub: httpx's before
+    huggingface_hub 2.0, httpx2's from 2.0 on (``TransportError``: the Hub cannot be reached;
+    ``TimeoutException``, one of those: it did not answer in time)."""
     errors = []
     for client in ("httpx", "httpx2"):
         try:
-            errors.append(importlib.import_module(client).TransportError)
+            errors.append(getattr(importlib.import_module(client), name))
         except ImportError:
             continue
     return tuple(errors)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -167,6 +168,8 @@ def _mtp(args: argparse.Namespace) -> Path:
     options = MTPOptions(**{name: getattr(args, name) for name in names})
     _check_positive(options.pages, "--pages")
     _check_share(options.letter_words, "--letter-words")
+    if not math.isfinite(options.lr):
+        raise UserError(f"--lr {options.lr}: give a finite number")
     if options.held_out >= options.pages:
         raise UserError(
             f"--held-out {options.held_out} leaves no training pages out of --pages {options.pages}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,44 @@ class ExportError(UserError):
     """The exported folder would not load on the Hub; the message says which file and why."""
 
 
+EXPORT_FILES = ("*.py", "*.json", "*.jinja", "*.safetensors", "README.md", ".gitattributes")
+"""What an export writes at the top of its folder, and so all that ``overwrite`` removes: files added by
+hand and subfolders stay."""
+
+
+def check_output(out: str | Path, overwrite: bool = False, flag: str = "overwrite=True") -> None:
+    """Refuse an output folder whose writing would fail or lose files: a path at or under a file, a
+    non-empty folder without ``overwrite`` (``flag`` is how the messages name it), and with it one that
+    no export wrote (no config.json of our model type), which may hold anyone's files."""
+    out = Path(out)
+    existing = next(path for path in (out, *out.parents) if path.exists())
+    if not existing.is_dir():
+        where = f"{out} is" if existing == out else f"{out}: {existing} is"
+        raise ExportError(f"{where} a file, not a folder; choose another output folder")
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise ExportError(
+                f"{out} exists and is not empty; choose a new folder, or pass {flag} to replace the "
+                "export in it"
+            )
+        if not _holds_export(out):
+            raise ExportError(
+                f"{out} is not empty and holds no jina-ocr export (no config.json of one); {flag} "
+                "replaces only an earlier export, so choose a new or empty folder"
+            )
+
+
+def _holds_export(folder: Path) -> bool:
+    """Whether ``folder`` has the config.json of a jina-ocr export."""
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") == JinaOCRConfig.model_type
+
+
 def export_folder(
     out_dir: str | Path,
     config: Any,
@@ -29,12 +66,18 @@ def export_folder(
     overwrite: bool = False,
     **options: Any,
 ) -> Path:
-    """Write the Hub folder for ``config`` (and ``model``'s weights when given) into ``out_dir``."""
+    """Write the Hub folder for ``config`` (and ``model``'s weights when given) into ``out_dir``.
+
+    With ``overwrite`` an earlier export there is replaced (:func:`check_output` says which folders may
+    be): its files of the kinds an export writes go first, so that no stale module, shard or config of
+    it is shipped with the new ones."""
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise ExportError(f"{out} exists and is not empty; choose a new folder or pass overwrite=True")
-        shutil.rmtree(out)
+    check_output(out, overwrite)
+    if out.exists():
+        for pattern in EXPORT_FILES:
+            for path in out.glob(pattern):
+                if path.is_file():
+                    path.unlink()
     out.mkdir(parents=True, exist_ok=True)
     if model is not None:
         config = model.config

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.processing_jina_ocr import MODES
@@ -97,7 +100,15 @@ def _described(kind: Any) -> str:
 
 
 def _refusal(key: str, value: Any) -> str | None:
-    """Why ``value`` (of the right type) is no valid ``key``, or None when it is."""
+    """Why ``value`` (of the right type) is no valid ``key``, or None when it is.
+
+    No number may be NaN or infinite (TOML and Python's float() both read ``nan`` and ``inf``): a NaN
+    rate trains every weight to NaN and the run still ends as if it went well."""
+    numbers = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(each, float) and not math.isfinite(each) for each in numbers):
+        return "give a finite number"
+    if key == "device" and not _is_device(value):
+        return "give a torch device, such as cpu, cuda, cuda:1 or mps"
     if key in SHARES and not 0 <= value <= 1:
         return "give a share from 0 to 1"
     if key in AT_LEAST_ONE and value < 1:
@@ -111,6 +122,15 @@ def _refusal(key: str, value: Any) -> str | None:
     if key == "advance_cer" and len(value) != len(STAGES) - 1:
         return f"give {len(STAGES) - 1} values, one per stage before the last ({', '.join(STAGES[:-1])})"
     return None
+
+
+def _is_device(name: str) -> bool:
+    """Whether torch reads ``name`` as a device (not whether this machine has it)."""
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
 
 
 def checked(key: str, value: Any, recipe: Path | None = None) -> Any:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 import signal
 import threading
 import time
@@ -265,9 +266,36 @@ def make_optimizer(model, glyph_head, options: SFTOptions) -> torch.optim.AdamW:
     return torch.optim.AdamW(_parameter_groups(model, glyph_head, options), betas=(0.9, 0.95))
 
 
+CHECKPOINT_KEYS = frozenset({"model", "glyph_head", "optimizer", "progress"})
+
+
 def read_checkpoint(out: Path) -> dict:
-    """The checkpoint of run folder ``out``: weights, glyph head, optimizer state and progress."""
-    return torch.load(Path(out) / CHECKPOINT, map_location="cpu", weights_only=False)
+    """The checkpoint of run folder ``out``: weights, glyph head, optimizer state and progress.
+
+    It is read with ``weights_only``: a checkpoint is a pickle, and a full unpickler would run whatever
+    code a crafted file names. Tensors and plain values are all a checkpoint holds. A file that is no
+    checkpoint of a run (damaged, cut short, another program's) is refused in one line naming it."""
+    try:
+        state = torch.load(Path(out) / CHECKPOINT, map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged archive or pickle fails anywhere: EOFError, IndexError, ...
+        text = str(error).strip()
+        if isinstance(error, pickle.UnpicklingError) and text.startswith("Weights only load failed"):
+            reason = "it holds objects other than tensors and plain values, and loading them would run code"
+        else:
+            first = text.splitlines()[0].split(". ")[0] if text else ""  # torch's advice follows it
+            reason = f"it cannot be read: {type(error).__name__}" + (f": {first}" if first else "")
+        raise unusable_checkpoint(out, reason) from None
+    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state):
+        raise unusable_checkpoint(out, f"it holds no {', '.join(sorted(CHECKPOINT_KEYS))}")
+    return state
+
+
+def unusable_checkpoint(out: Path, reason: str) -> UserError:
+    """The refusal of the checkpoint of run folder ``out``, and the way on: its model files."""
+    return UserError(
+        f"{Path(out) / CHECKPOINT}: not a checkpoint this run can go on from ({reason}); move it aside "
+        f"and go on from the model files with --resume-from {Path(out) / 'model'}"
+    )
 
 
 def write_checkpoint(out: Path, state: dict) -> None:
@@ -428,11 +456,21 @@ class _Trainer:
         checkpoint_path = self.out / CHECKPOINT
         state = None
         if checkpoint_path.exists():
+            if not (self.out / "model" / "config.json").is_file():
+                raise UserError(
+                    f"{self.out / 'model'}: no model files beside {checkpoint_path} (they hold the run's "
+                    "tokenizer and settings); restore them, or start the run in a new folder"
+                )
             model, processor = load_model_files(self.out / "model", weights=False)
             settings = load_settings(self.out / "model")
             state = read_checkpoint(self.out)
-            model.load_state_dict(state["model"])
-            progress = Progress.from_record(state["progress"])
+            try:
+                model.load_state_dict(state["model"])
+                progress = Progress.from_record(state["progress"])
+            except (RuntimeError, KeyError, TypeError, ValueError):
+                raise unusable_checkpoint(
+                    self.out, f"its weights or progress do not fit the model files in {self.out / 'model'}"
+                ) from None
         else:
             model, processor, settings, progress = starting_model(options)
         mode = options.mode or settings["processor_mode"]
@@ -480,10 +518,17 @@ class _Trainer:
             progress.glyph_head_ready = new_mode
         self.glyph_acc = 0.0  # running mean of the training glyph accuracy while the head catches up
         if state is not None:
-            self.glyph_head.load_state_dict(state["glyph_head"])
-            self.optimizer.load_state_dict(
-                restored_optimizer_state(state["optimizer"], self.optimizer.state_dict(), self.out)
-            )
+            try:
+                self.glyph_head.load_state_dict(state["glyph_head"])
+                self.optimizer.load_state_dict(
+                    restored_optimizer_state(state["optimizer"], self.optimizer.state_dict(), self.out)
+                )
+            except UserError:  # an optimizer state of the older format: its own refusal says the way on
+                raise
+            except (RuntimeError, KeyError, TypeError, ValueError):
+                raise unusable_checkpoint(
+                    self.out, "its glyph head or optimizer state do not fit the model"
+                ) from None
 
         layers = model.config.num_hidden_layers
         if not all(0 <= layer < layers for layer in options.align_layers):
@@ -530,17 +575,33 @@ class _Trainer:
         return factor
 
     def log(self, record: dict) -> None:
-        """Append ``record`` to the run's log and print it (process 0 only)."""
+        """Append ``record`` to the run's log and print it (process 0 only). A value that is not finite
+        (which JSON cannot hold) means the model broke down: the run stops before it saves it."""
         if not self.processes.lead:
             return
+        broken = [
+            key for key, value in record.items() if isinstance(value, float) and not math.isfinite(value)
+        ]
+        if broken:
+            raise self.not_finite(", ".join(f"{key} {record[key]}" for key in broken))
         with open(self.out / LOG, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
 
+    def not_finite(self, what: str) -> UserError:
+        """The end of a run whose loss, metrics or weights are no longer finite numbers (``what``)."""
+        return UserError(
+            f"step {self.progress.step}: not finite ({what}); the run stops, and {self.out / 'model'} "
+            "keeps the model files of its last checkpoint (a lower lr may help)"
+        )
+
     def save_checkpoint(self) -> None:
-        """Write the model files and the checkpoint (process 0 only: the others hold the same state)."""
+        """Write the model files and the checkpoint (process 0 only: the others hold the same state),
+        never weights that are not finite, which would replace the last good ones."""
         if not self.processes.lead:
             return
+        if not all(bool(parameter.isfinite().all()) for parameter in self.model.parameters()):
+            raise self.not_finite("the weights")
         self.settings["progress"] = self.progress.record()
         save_model_files(self.out / "model", self.model, self.processor.tokenizer, self.settings)
         write_checkpoint(
@@ -716,6 +777,9 @@ class _Trainer:
                 now = time.perf_counter()
                 reason = self._stop_reason(now - started, stop_signal)
                 reason, parts = self._exchange(reason, indices, parts)
+                broken = [f"{key} {value}" for key, value in parts.items() if not math.isfinite(value)]
+                if broken:  # the same on every process: the parts are their means
+                    raise self.not_finite(", ".join(broken))
                 interval.append(parts)
                 self._follow_glyph_head(parts)
                 pages_since_log += len(indices) * self.processes.size
