@@ -3,43 +3,77 @@
 Each subcommand is one module in :mod:`jina_ocr.commands` that defines ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only discovers and dispatches them,
 so adding a command never means editing a shared file.
+
+Commands import torch, Transformers and PyMuPDF, which take seconds. So the list of commands is read
+from the modules' source (their ``NAME`` and ``HELP`` constants) without importing them, and only
+the command being run is imported: ``jina-ocr --help`` answers at once. A Ctrl-C while a command
+starts (in the middle of those imports) ends with one line, not a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import pkgutil
 import sys
+from collections.abc import Sequence
 
 from jina_ocr import __version__, commands
 from jina_ocr.errors import UserError
 
 
-def _command_modules():
+def _declared(module_name: str) -> dict[str, str]:
+    """The module-level string constants ``NAME`` and ``HELP`` of a command module, from its source."""
+    source = importlib.util.find_spec(module_name).loader.get_source(module_name)
+    constants = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in ("NAME", "HELP"):
+                    constants[target.id] = node.value.value
+    return constants
+
+
+def _commands() -> list[tuple[str, str, str]]:
+    """``(name, help, module name)`` of every subcommand, sorted by module."""
+    found = []
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if not info.name.startswith("_"):
-            yield importlib.import_module(f"{commands.__name__}.{info.name}")
+            module_name = f"{commands.__name__}.{info.name}"
+            declared = _declared(module_name)
+            found.append((declared["NAME"], declared["HELP"], module_name))
+    return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given ``argv``, with only the arguments of the command it runs."""
     parser = argparse.ArgumentParser(prog="jina-ocr", description="Page images and PDFs to Markdown.")
     parser.add_argument("--version", action="version", version=f"jina-ocr {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _command_modules():
-        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), None)
+    for name, help_text, module_name in _commands():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if argv is None or name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command)
+            command.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        return int(args._run(args) or 0)
-    except UserError as error:
-        print(f"jina-ocr {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        args = build_parser(argv).parse_args(argv)
+        try:
+            return int(args._run(args) or 0)
+        except UserError as error:
+            print(f"jina-ocr {args.command}: error: {error}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        print("jina-ocr: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
