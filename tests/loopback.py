@@ -29,9 +29,10 @@ def wait_until_healthy(process: subprocess.Popen, base: str, log: Path, seconds:
 
 
 @contextmanager
-def serve_in_thread(app) -> Iterator[str]:
-    """Run an ASGI ``app`` with uvicorn on a free loopback port in this process; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+def serve_in_thread(app, config: uvicorn.Config | None = None) -> Iterator[str]:
+    """Run an ASGI ``app`` with uvicorn on a free loopback port in this process; yields its base URL.
+    ``config`` is uvicorn's settings for ``app`` (default: uvicorn's own, quiet)."""
+    server = uvicorn.Server(config or uvicorn.Config(app, log_level="warning"))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

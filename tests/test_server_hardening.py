@@ -11,16 +11,14 @@ import io
 import logging
 import re
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from document_server import DocumentServer
+from loopback import serve_in_thread
 from PIL import Image
 from test_documents import pdf_with_pages
 
@@ -41,23 +39,9 @@ def converter(tiny_mtp_export) -> Converter:
     )
 
 
-@contextmanager
-def running(app, connections: Connections | None = None) -> Iterator[str]:
+def running(app, connections: Connections | None = None):
     """``app`` served by uvicorn as ``jina-ocr serve`` configures it, on a free loopback port."""
-    server = uvicorn.Server(server_config(app, connections=connections, log_level="warning"))
-    sock = socket.create_server(("127.0.0.1", 0))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    return serve_in_thread(app, server_config(app, connections=connections, log_level="warning"))
 
 
 @pytest.fixture(scope="module")
