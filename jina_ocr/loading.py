@@ -253,10 +253,12 @@ def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
         model = JinaOCRForConditionalGeneration.from_pretrained(str(folder), dtype=dtype)
         processor = _exported_processor(folder)
     else:
-        released = load_released(folder)
+        # Loaded in the dtype asked for: a bfloat16 checkpoint converted after loading would hold both
+        # copies at once (20 GB for jina-ocr-v1 in float32 on a CPU).
+        released = load_released(folder, dtype=dtype)
         if released.tokenizer is None:
             raise UserError(f"{folder}: no tokenizer.json beside the weights")
-        model = released.model.to(dtype)
+        model = released.model
         processor = build_processor(
             released.tokenizer, released.mode, released.config.pixels_per_visual_token
         )
@@ -322,9 +324,10 @@ def stored_dtype(folder: Path):
     return max(found, key=lambda dtype: dtype.itemsize)
 
 
-def load_released(folder: str | Path, weights: bool = True) -> Released:
+def load_released(folder: str | Path, weights: bool = True, dtype=None) -> Released:
     """A folder of the released layout (or one of ours): its config as shipped (nested DeepSeek-OCR
-    blocks are read), its weights in their stored dtype when asked for, and its tokenizer when it has one.
+    blocks are read), its weights when asked for (in ``dtype``, else in the dtype they are stored in,
+    as an export keeps them), and its tokenizer when it has one.
 
     The released tensor names are our module names (the head's shared copies, where a revision carries
     them, are loaded and dropped), so nothing is renamed; a weight that does not fit is refused.
@@ -361,7 +364,7 @@ def load_released(folder: str | Path, weights: bool = True) -> Released:
         model, info = JinaOCRForConditionalGeneration.from_pretrained(
             folder,
             config=config,
-            dtype=stored_dtype(folder),
+            dtype=dtype or stored_dtype(folder),
             output_loading_info=True,
             trust_remote_code=False,
         )
