@@ -26,8 +26,6 @@ HELP = "Upload an exported Hub folder to a model repo (created if missing)."
 
 # Byte-code caches appear when someone imports the folder's files directly; they are not remote code.
 IGNORE_PATTERNS = ["__pycache__", "*.pyc"]
-# The kinds of file an export writes, and so replaces: remote code, configs and tokenizer, weights.
-EXPORT_OWNED_PATTERNS = ["*.py", "*.json", "*.jinja", "*.safetensors"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +66,7 @@ def _push(args: argparse.Namespace) -> int:
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 
-    from jina_ocr.export.folder import validate_folder
+    from jina_ocr.export.folder import EXPORT_OWNED, validate_folder
 
     if not args.folder.is_dir():
         raise UserError(f"{args.folder} is not a folder; write one with `jina-ocr export` first")
@@ -84,7 +82,7 @@ def _push(args: argparse.Namespace) -> int:
             revision=args.revision,
             commit_message=f"Upload {args.folder.name} with jina-ocr push",
             ignore_patterns=IGNORE_PATTERNS,
-            delete_patterns=EXPORT_OWNED_PATTERNS,
+            delete_patterns=list(EXPORT_OWNED),
         )
     except _client_errors("TimeoutException") as error:
         raise UserError(

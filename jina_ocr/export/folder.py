@@ -20,7 +20,12 @@ class ExportError(UserError):
     """The exported folder would not load on the Hub; the message says which file and why."""
 
 
-EXPORT_FILES = ("*.py", "*.json", "*.jinja", "*.safetensors", "README.md", ".gitattributes")
+EXPORT_OWNED = ("*.py", "*.json", "*.jinja", "*.safetensors")
+"""The kinds of file an export owns, and so replaces whole: remote code, configs and tokenizer, weights.
+A stale module, shard index or config left from an earlier export would be shipped with the new ones;
+``jina-ocr push`` deletes those the folder lacks from the Hub repo in the same commit."""
+
+EXPORT_FILES = (*EXPORT_OWNED, "README.md", ".gitattributes")
 """What an export writes at the top of its folder, and so all that ``overwrite`` removes: files added by
 hand and subfolders stay."""
 
