@@ -16,6 +16,7 @@ import argparse
 import ast
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -76,5 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def program() -> None:
+    """The ``jina-ocr`` program: :func:`main`, and an interrupted command's process ends at once.
+
+    Tearing down an interpreter that imported torch and Transformers takes seconds on a busy machine,
+    all of it after the user pressed Ctrl-C; an interrupted command has already written (atomically)
+    what it finished and removed what it had not, so nothing is lost by ending without the teardown.
+    """
+    status = main()
+    if status == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

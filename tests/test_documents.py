@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from jina_ocr.errors import UserError
+from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.documents import (
     BLANK_TOLERANCE,
     CorruptDocumentError,
@@ -254,10 +255,8 @@ def test_a_page_mupdf_reports_damage_on_is_corrupt_and_the_others_render(kind):
 
 def test_pdf_page_over_pixel_limit_is_refused_before_rendering(monkeypatch):
     renders = []
-    real = pymupdf.Page.get_pixmap
-    monkeypatch.setattr(
-        pymupdf.Page, "get_pixmap", lambda self, *a, **k: renders.append(1) or real(self, *a, **k)
-    )
+    real = render_worker.POOL.draw
+    monkeypatch.setattr(render_worker.POOL, "draw", lambda *a, **k: renders.append(1) or real(*a, **k))
     # 14400 pt is the largest page PDF allows: 28800 x 28800 px at 144 dpi, 10x the default limit.
     with open_document(pdf_with_pages(1, size=(14400, 14400)), name="poster.pdf") as document:
         with pytest.raises(

@@ -20,6 +20,7 @@ import errno
 import os
 import re
 import stat
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import (
     DEFAULT_MAX_PIXELS,
     SNIFF_BYTES,
+    DamagedPageError,
     EmptyPageError,
     PageError,
     PageTooLargeError,
@@ -41,8 +43,10 @@ from jina_ocr.remote_code.pages_jina_ocr import (
     starts_like_an_image,
     upright_size,
 )
+from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.checks import positive_int
-from jina_ocr.runtime.pdf import DEFAULT_DPI, MUPDF_LOCK, check_pdf_page_size, pdf_page_size, render_pdf_page
+from jina_ocr.runtime.pdf import DEFAULT_DPI, MUPDF_LOCK, check_pdf_page_size, pdf_page_size
+from jina_ocr.runtime.render_worker import DrawingError, RenderJob
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp"})
 DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
@@ -232,16 +236,33 @@ class Document(abc.ABC):
 
 
 class PdfDocument(Document):
-    """A PDF opened with PyMuPDF; pages render at ``dpi`` without alpha, as DeepSeek-OCR does."""
+    """A PDF opened with PyMuPDF; pages render at ``dpi`` without alpha, as DeepSeek-OCR does.
+
+    This process reads the document's structure (page count, page boxes); the pages are drawn by
+    :mod:`jina_ocr.runtime.render_worker`, in worker processes that a time and a memory limit stop,
+    from ``origin`` (the file's absolute path, or the bytes) and ``password``.
+    """
 
     _unit = "page"
 
-    def __init__(self, doc: pymupdf.Document, source: str, dpi: int, max_pixels: int):
+    def __init__(
+        self,
+        doc: pymupdf.Document,
+        source: str,
+        dpi: int,
+        max_pixels: int,
+        origin: str | bytes,
+        password: str | None = None,
+    ):
         self._doc = doc
         self.source = source
         self.dpi = dpi
         self.max_pixels = max_pixels
         self.page_count = doc.page_count
+        self._origin = origin
+        self._password = password
+        self._token = uuid.uuid4().hex
+        render_worker.POOL.warm()
 
     def page_pixel_size(self, number: int) -> tuple[int, int]:
         with MUPDF_LOCK:
@@ -267,12 +288,14 @@ class PdfDocument(Document):
             raise CorruptDocumentError(self.source, f"cannot read the page: {error}", page=number) from error
 
     def render(self, number: int) -> Image.Image:
-        with MUPDF_LOCK:
-            page = self._load(number)
-            try:
-                return render_pdf_page(page, self.dpi, self.max_pixels, self.source)
-            except PageError as error:
-                raise self._page_error(error, number) from None
+        width, height = self.check_page(number)
+        job = RenderJob(self._token, self._origin, self._password, number, self.dpi)
+        memory = render_worker.RENDER_MEMORY + 3 * width * height
+        try:
+            size, pixels = render_worker.POOL.draw(job, render_worker.RENDER_SECONDS, memory)
+        except DrawingError as error:
+            raise self._page_error(DamagedPageError(self.source, error.reason), number) from None
+        return Image.frombytes("RGB", size, pixels)
 
     def close(self) -> None:
         with MUPDF_LOCK:
@@ -469,7 +492,8 @@ def _open_pdf(source, label: str, password: str | None, dpi: int, max_pixels: in
         except DocumentError:
             doc.close()
             raise
-    return PdfDocument(doc, label, dpi, max_pixels)
+    origin = source if isinstance(source, bytes) else os.path.abspath(source)
+    return PdfDocument(doc, label, dpi, max_pixels, origin, password)
 
 
 def _ends_with_eof_marker(source) -> bool:

@@ -21,6 +21,7 @@ from jina_ocr.remote_code.pages_jina_ocr import (
     EmptyPageError,
     check_page_size,
 )
+from jina_ocr.runtime.render_worker import DrawingError, draw
 
 DEFAULT_DPI = 144
 """DeepSeek-OCR renders PDF pages at 144 dpi (zoom 2); the model was trained on such renders."""
@@ -51,17 +52,13 @@ def media_box_is_empty(page) -> bool:
     return True
 
 
-def _pdf_matrix(dpi: int):
-    return pymupdf.Matrix(dpi / 72, dpi / 72)
-
-
 def pdf_page_size(page, dpi: int, subject: str = "the PDF page") -> tuple[int, int]:
     """The (width, height) in pixels that :func:`render_pdf_page` makes of ``page`` at ``dpi``,
     computed from its box; an empty MediaBox is an :class:`EmptyPageError`."""
     with MUPDF_LOCK:
         if media_box_is_empty(page):
             raise EmptyPageError(subject, "has zero size (its MediaBox has no area)")
-        box = (page.rect * _pdf_matrix(dpi)).irect
+        box = (page.rect * pymupdf.Matrix(dpi / 72, dpi / 72)).irect
     return box.width, box.height
 
 
@@ -76,24 +73,17 @@ def check_pdf_page_size(page, dpi: int, max_pixels: int | None, subject: str) ->
 def render_pdf_page(
     page, dpi: int = DEFAULT_DPI, max_pixels: int | None = DEFAULT_MAX_PIXELS, subject: str = "the PDF page"
 ) -> Image.Image:
-    """A PyMuPDF page rendered once at ``dpi``, RGB without alpha, as DeepSeek-OCR renders pages.
+    """A PyMuPDF page rendered once at ``dpi`` in this process, RGB without alpha, as DeepSeek-OCR
+    renders pages: for trusted pages (training's, the benchmarks'); a user's document draws its pages
+    in killable workers (:mod:`jina_ocr.runtime.render_worker`).
 
-    The pixel size is checked from the page box before MuPDF allocates the bitmap. MuPDF draws what
-    it can of a damaged page (garbage in a content stream, a broken embedded image) and only warns,
-    which would hand the model a blank or partial page; a warning during this render is therefore a
-    :class:`DamagedPageError` carrying MuPDF's words. The warning buffer is emptied first, so an
-    earlier page's warnings never fail this one.
+    The pixel size is checked from the page box before MuPDF allocates the bitmap, and a page MuPDF
+    warns about while drawing is a :class:`DamagedPageError` (:func:`~jina_ocr.runtime.render_worker.draw`).
     """
     with MUPDF_LOCK:
         check_pdf_page_size(page, dpi, max_pixels, subject)
-        pymupdf.TOOLS.reset_mupdf_warnings()
         try:
-            pixmap = page.get_pixmap(matrix=_pdf_matrix(dpi), alpha=False, colorspace=pymupdf.csRGB)
-        except Exception as error:  # PyMuPDF raises its own error types for broken pages
-            raise DamagedPageError(subject, f"cannot be rendered: {error}") from error
-        finally:
-            warnings = pymupdf.TOOLS.mupdf_warnings(reset=True)
-        if warnings:
-            lines = list(dict.fromkeys(line.strip() for line in warnings.splitlines() if line.strip()))
-            raise DamagedPageError(subject, f"is damaged: MuPDF reports {'; '.join(lines[:3])}")
-        return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples)
+            size, pixels = draw(page, dpi)
+        except DrawingError as error:
+            raise DamagedPageError(subject, error.reason) from error
+        return Image.frombytes("RGB", size, pixels)
