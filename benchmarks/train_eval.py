@@ -25,6 +25,10 @@
 7. The first ``--dpi-pages`` held-out target-format pages rendered at each of ``--dpis`` (the same words at
    the same places in points): character error rate per resolution. A model trained on pages of one
    resolution (``DEFAULT_DPI``, ``jina-ocr convert``'s default) meets users' pages at their ``--dpi``.
+8. The first ``--degraded-pages`` held-out target-format pages through each degradation group of
+   :data:`jina_ocr.train.degrade.EVALUATION_GROUPS` (paper tone, a photographed sheet, noise and blur,
+   JPEG, rotation, 96 / 200 / 300 dpi, a bilevel scan), each page from its own seed: character error
+   rate of ours and Tesseract's on the same images (words alone), per group.
 
 Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
@@ -51,6 +55,7 @@ from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
 from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth import write_pages
+from jina_ocr.train.degrade import EVALUATION_GROUPS
 from jina_ocr.train.drills import STAGES, printed_page
 from jina_ocr.train.evaluate import character_error_rate
 from jina_ocr.train.recipe import PageRecipe
@@ -246,6 +251,25 @@ def resolutions(args, model, processor) -> dict:
     return result
 
 
+def degradations(args, model, processor) -> dict:
+    """Section 8: held-out target-format pages through each degradation group, ours and Tesseract's."""
+    result = {}
+    for name in EVALUATION_GROUPS:
+        pages = PageRecipe().held_out_pages(len(STAGES) - 1, args.seed, args.degraded_pages, degradation=name)
+        references = [words_only(p.markdown) for p in pages]
+        texts, _ = transcribe(model, processor, [p.image for p in pages], args)
+        row = {
+            "pages": len(pages),
+            "cer": round(character_error_rate(texts, [p.markdown for p in pages]), 4),
+            "ours_words_cer": round(character_error_rate(list(map(words_only, texts)), references), 4),
+        }
+        if unavailable("tesseract") is None:
+            theirs = [words_only(tesseract_text(p.image)) for p in pages]
+            row["tesseract_words_cer"] = round(character_error_rate(theirs, references), 4)
+        result[name] = row
+    return result
+
+
 def stages(args, model, processor) -> dict:
     """Section 2: held-out pages of each curriculum stage."""
     recipe, result = PageRecipe(), {}
@@ -335,6 +359,12 @@ def print_table(summary: dict) -> None:
         "the first target-format pages by render resolution: "
         + ", ".join(f"{dpi} dpi {row['cer']:.4f}" for dpi, row in summary["resolutions"].items())
     )
+    if summary.get("degradations"):
+        print("\nDegraded target-format pages (words CER; ours' Markdown CER in brackets):")
+        print(f"{'group':<12}{'pages':>6}{'ours':>9}{'tesseract':>11}")
+        for name, row in summary["degradations"].items():
+            theirs = f"{row['tesseract_words_cer']:.4f}" if "tesseract_words_cer" in row else "-"
+            print(f"{name:<12}{row['pages']:>6}{row['ours_words_cer']:>9.4f}{theirs:>11}  ({row['cer']:.4f})")
     if "fastmtp" in target:
         for batch, row in target["fastmtp"].items():
             print(
@@ -371,6 +401,9 @@ def main() -> None:
         default=[96, 120, DEFAULT_DPI, 192],
         help=f"render resolutions of section 7 (96 120 {DEFAULT_DPI} 192)",
     )
+    parser.add_argument(
+        "--degraded-pages", type=int, default=100, help="target-format pages through each degradation (100)"
+    )
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
@@ -384,6 +417,7 @@ def main() -> None:
     summary["repeated_words"] = repeated_words(args, model, processor)
     summary["printed_page"] = convert_printed_page(args.out, args.model)
     summary["resolutions"] = resolutions(args, model, processor)
+    summary["degradations"] = degradations(args, model, processor)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print_table(summary)
 

@@ -109,9 +109,11 @@ def test_a_recipe_is_found_by_path_or_bundled_name(options_of, tmp_path, capsys)
     assert options_of("--recipe", "jina-ocr-tiny").lr == 3e-4
     assert options_of("--recipe", str(RECIPES / "jina-ocr-tiny.toml")).decay_steps == 1000
     assert main(["train", "sft", str(tmp_path / "run"), "--recipe", "jina-ocr-huge"]) == 2
-    assert "--recipe jina-ocr-huge: no such file, nor a bundled recipe (bundled: jina-ocr-tiny)" in (
-        _one_line_error(capsys)
-    )
+    assert (
+        "--recipe jina-ocr-huge: no such file, nor a bundled recipe (bundled: jina-ocr-tiny, jina-ocr-tiny-robust)"
+    ) in _one_line_error(capsys)
+    robust = options_of("--recipe", "jina-ocr-tiny-robust")
+    assert (robust.recipe.degraded, robust.seed, robust.steps) == (0.5, 16, 48534)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +148,7 @@ def test_an_unknown_or_wrongly_typed_key_is_refused_in_one_line(tmp_path, capsys
         ("letter_words = 1.5", "give a share from 0 to 1"),
         ("repeat_words = -0.5", "give a share from 0 to 1"),
         ("near_copies = 2", "give a share from 0 to 1"),
+        ("degraded = 1.5", "give a share from 0 to 1"),
         ("decay_steps = 0", "give at least 1"),
     ],
 )

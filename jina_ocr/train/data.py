@@ -23,6 +23,7 @@ from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from jina_ocr.remote_code.processing_jina_ocr import TILE_SIZE
+from jina_ocr.train.degrade import DegradedPage
 from jina_ocr.train.glyphs import NO_CELL, ViewGrid, glyph_targets
 from jina_ocr.train.recipe import PageRecipe
 
@@ -116,7 +117,10 @@ class TrainingPageStream(IterableDataset):
         views = self.image_processor([page.image])
         grid = ViewGrid.of_page(self.image_processor, page.image.size)
         ids = target_ids(self.tokenizer, page.markdown, self.max_target_tokens)
-        targets = glyph_targets(self.tokenizer, page.markdown.strip(), page.pdf_bytes, page.image.size, grid)
+        warp = page.warp if isinstance(page, DegradedPage) else None
+        targets = glyph_targets(
+            self.tokenizer, page.markdown.strip(), page.pdf_bytes, page.image.size, grid, warp
+        )
         return Example(
             index,
             views["pixel_values"][0],

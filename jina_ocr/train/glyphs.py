@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pymupdf
 import torch
 from rapidfuzz.distance import Levenshtein
@@ -27,6 +28,7 @@ from jina_ocr.remote_code.processing_jina_ocr import (
     TILE_SIZE,
     global_view_placement,
 )
+from jina_ocr.train.degrade import warp_point
 
 GLYPH_LINES = 2
 GLYPH_SLOTS = 6
@@ -115,10 +117,15 @@ class ViewGrid:
         return grid.reshape(-1, self.rows * self.cols, hidden)
 
     def cells(
-        self, glyphs: list[Glyph], page_size: tuple[float, float], image_size: tuple[int, int]
+        self,
+        glyphs: list[Glyph],
+        page_size: tuple[float, float],
+        image_size: tuple[int, int],
+        warp: np.ndarray | None = None,
     ) -> list[tuple[int, int]]:
         """(row, col) of the cell holding each glyph's centre, as the processor places the rendered
-        ``image_size`` image of the ``page_size`` page (points) in its views."""
+        ``image_size`` image of the ``page_size`` page (points) in its views; ``warp`` moves the centres
+        where a degraded copy of the page has them (:attr:`jina_ocr.train.degrade.DegradedPage.warp`)."""
         width, height = page_size
         if self.tiles:
             x0, y0, w, h = 0, 0, self.cols * PIXELS_PER_TOKEN, self.rows * PIXELS_PER_TOKEN
@@ -127,8 +134,11 @@ class ViewGrid:
         cells = []
         for glyph in glyphs:
             left, top, right, bottom = glyph.box
-            x = x0 + (left + right) / 2 / width * w
-            y = y0 + (top + bottom) / 2 / height * h
+            fx, fy = (left + right) / 2 / width, (top + bottom) / 2 / height
+            if warp is not None:
+                fx, fy = warp_point(warp, fx, fy)
+            x = x0 + fx * w
+            y = y0 + fy * h
             cells.append(
                 (
                     min(self.rows - 1, max(0, int(y // PIXELS_PER_TOKEN))),
@@ -147,15 +157,21 @@ class GlyphTargets:
 
 
 def glyph_targets(
-    tokenizer, markdown: str, pdf_bytes: bytes, image_size: tuple[int, int], grid: ViewGrid
+    tokenizer,
+    markdown: str,
+    pdf_bytes: bytes,
+    image_size: tuple[int, int],
+    grid: ViewGrid,
+    warp: np.ndarray | None = None,
 ) -> GlyphTargets:
-    """Dense targets of a page whose target tokens are ``tokenizer.encode(markdown)`` (then EOS).
+    """Dense targets of a page whose target tokens are ``tokenizer.encode(markdown)`` (then EOS), on an
+    image of the PDF's page, or on a degraded copy of it whose ``warp`` says where its points went.
 
     A token takes the cell of its first character that was printed; the cell slots take the tokens of
     single-token characters (every printable ASCII character of a byte-level tokenizer).
     """
     glyphs, page_size = printed_glyphs(pdf_bytes)
-    cells = grid.cells(glyphs, page_size, image_size)
+    cells = grid.cells(glyphs, page_size, image_size, warp)
     cell_of = {id(g): cell for g, cell in zip(glyphs, cells, strict=True)}
     matched = markdown_glyphs(markdown, glyphs)
     encoded = tokenizer(markdown, add_special_tokens=False, return_offsets_mapping=True)

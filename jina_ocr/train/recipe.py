@@ -41,6 +41,7 @@ from jina_ocr.synth import SynthPage, generate_page, page_seed
 from jina_ocr.synth.fonts import FAMILIES, FontMissingError, face
 from jina_ocr.synth.page import PageTooSmallError
 from jina_ocr.synth.tex import TexMissingError, pdflatex
+from jina_ocr.train.degrade import DegradedPage, degrade, evaluation_groups, training_groups
 from jina_ocr.train.drills import A5, BODY_FONTS, STAGES, DrillPage, drill_page
 from jina_ocr.train.glyphs import ViewGrid
 
@@ -91,6 +92,8 @@ class PageRecipe:
     reading, which held-out words do not share. ``repeat_words`` is the share of training drill words
     that repeat the word before them, exactly or (a share ``near_copies`` of them) with one letter
     changed (:func:`~jina_ocr.train.drills.repeat_word`); held-out pages have none unless asked for.
+    ``degraded`` is the share of training pages that go through degradations a user's copy of a page
+    meets (:mod:`jina_ocr.train.degrade`: paper, photos, noise, compression, resolution, ...).
     The command line's recipe files (:mod:`jina_ocr.train.recipe_file`) set all of these but
     ``font_sizes``, ``dpi`` and ``mode`` (a run's ``mode`` setting gives that).
     """
@@ -104,6 +107,7 @@ class PageRecipe:
     letter_words: float = 0.0
     repeat_words: float = 0.0
     near_copies: float = 0.5
+    degraded: float = 0.0
 
     @property
     def view_size(self) -> int:
@@ -169,28 +173,48 @@ class PageRecipe:
             **kwargs,
         )
 
-    def training_page(self, seed: int, index: int, stage: int) -> SynthPage | DrillPage | None:
+    def training_page(self, seed: int, index: int, stage: int) -> SynthPage | DrillPage | DegradedPage | None:
         """Training page ``index`` of ``seed`` in curriculum ``stage`` (an index into ``STAGES``)."""
         rng = random.Random(f"jina-ocr-train/mix/{seed}/{index}")
         roll = rng.random()
         if stage == len(STAGES) - 1 and roll < SYNTH_SHARE:
-            return self.synth_page(seed, index)
-        layout = stage
-        if stage and rng.random() < EARLIER_STAGES_SHARE:
-            layout = rng.randrange(stage)
-        return self.drill(STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words)
+            page = self.synth_page(seed, index)
+        else:
+            layout = stage
+            if stage and rng.random() < EARLIER_STAGES_SHARE:
+                layout = rng.randrange(stage)
+            page = self.drill(STAGES[layout], f"{seed}/{index}", repeats=self.repeat_words)
+        if page is None or not self.degraded:
+            return page
+        wear = random.Random(f"jina-ocr-train/degrade/{seed}/{index}")
+        if wear.random() >= self.degraded:
+            return page
+        return degrade(page, training_groups(wear), wear)
 
-    def held_out_pages(self, stage: int, seed: int, count: int, repeats: float = 0.0) -> list[DrillPage]:
+    def held_out_pages(
+        self, stage: int, seed: int, count: int, repeats: float = 0.0, degradation: str | None = None
+    ) -> list[DrillPage] | list[DegradedPage]:
         """``count`` pages of ``stage``'s layout in held-out words, never trained on; ``repeats`` the
         share of words that repeat the one before (0: the pages every evaluation and the bundle gate use).
+        ``degradation`` sends every page through one of :data:`~jina_ocr.train.degrade.EVALUATION_GROUPS`,
+        or through groups drawn as for training (``"mixed"``), each page from its own seed.
 
         The first stage is judged on one-line pages (the milestone of the curriculum's first stage).
         """
         lines = 1 if stage == 0 else None
-        return [
+        pages = [
             self.drill(STAGES[stage], f"{seed}/{i}", held_out=True, lines=lines, repeats=repeats)
             for i in range(count)
         ]
+        if degradation is None:
+            return pages
+        fixed = None if degradation == "mixed" else evaluation_groups(degradation)
+        degraded = []
+        for i, page in enumerate(pages):
+            wear = random.Random(f"jina-ocr-held-out/degrade/{degradation}/{seed}/{i}")
+            groups, dpi = fixed or (training_groups(wear), None)
+            degraded.append(degrade(page, groups, wear, dpi))
+        return degraded
 
 
 def model_config(tokenizer, **overrides: Any):

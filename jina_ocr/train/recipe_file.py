@@ -42,7 +42,15 @@ else:
 
 RECIPES = Path(__file__).parent / "recipes"
 FOLDERS = ("out", "init", "resume_from")
-PAGE_KEYS = ("dense_fraction", "drill_fonts", "advance_cer", "letter_words", "repeat_words", "near_copies")
+PAGE_KEYS = (
+    "dense_fraction",
+    "drill_fonts",
+    "advance_cer",
+    "letter_words",
+    "repeat_words",
+    "near_copies",
+    "degraded",
+)
 """The fields of :class:`PageRecipe` a recipe sets; its font sizes, dpi and mode are those of every run."""
 
 _OPTION_TYPES = typing.get_type_hints(SFTOptions)
@@ -53,7 +61,7 @@ KEYS: dict[str, Any] = {
 }
 """Every recipe key and its type."""
 
-SHARES = ("dense_fraction", "letter_words", "repeat_words", "near_copies")
+SHARES = ("dense_fraction", "letter_words", "repeat_words", "near_copies", "degraded")
 AT_LEAST_ONE = ("steps", "batch_size", "decay_steps")
 
 

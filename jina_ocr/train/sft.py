@@ -415,10 +415,15 @@ def train_step(
     return parts
 
 
-def held_out_batch(processor, options: SFTOptions, stage: int) -> tuple[list, dict]:
-    """``options.eval_pages`` held-out pages of ``stage`` (seed ``options.eval_seed``) and their
-    teacher-forcing batch: what every evaluation of a run reads."""
-    pages = options.recipe.held_out_pages(stage, options.eval_seed, options.eval_pages)
+def held_out_batch(
+    processor, options: SFTOptions, stage: int, degradation: str | None = None
+) -> tuple[list, dict]:
+    """``options.eval_pages`` held-out pages of ``stage`` (seed ``options.eval_seed``), clean or through
+    ``degradation`` (see :meth:`PageRecipe.held_out_pages`), and their teacher-forcing batch: what every
+    evaluation of a run reads."""
+    pages = options.recipe.held_out_pages(
+        stage, options.eval_seed, options.eval_pages, degradation=degradation
+    )
     return pages, page_batch(processor, options, pages)
 
 
@@ -548,7 +553,7 @@ class _Trainer:
             visual=slice(first_visual, first_visual + visual_count),
             detach_visual=options.towers_from_glyphs,
         )
-        self.held_out: dict[int, tuple[list, dict]] = {}
+        self.held_out: dict[tuple[int, str | None], tuple[list, dict]] = {}
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=options.bf16)
         if state is None:
             self.save_checkpoint()
@@ -616,16 +621,20 @@ class _Trainer:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def held_out_set(self, stage: int) -> tuple[list, dict]:
-        """The held-out pages of ``stage`` and their teacher-forcing batch (built once per run)."""
-        if stage not in self.held_out:
-            self.held_out[stage] = held_out_batch(self.processor, self.options, stage)
-        return self.held_out[stage]
+    def held_out_set(self, stage: int, degradation: str | None = None) -> tuple[list, dict]:
+        """The held-out pages of ``stage`` (through ``degradation``) and their teacher-forcing batch
+        (built once per run)."""
+        if (stage, degradation) not in self.held_out:
+            self.held_out[stage, degradation] = held_out_batch(
+                self.processor, self.options, stage, degradation
+            )
+        return self.held_out[stage, degradation]
 
     @torch.no_grad()
-    def measure(self, stage: int) -> dict:
-        """CER of greedy transcriptions, loss, image gap, glyph accuracy and attention mass on ``stage``."""
-        pages, cpu_batch = self.held_out_set(stage)
+    def measure(self, stage: int, degradation: str | None = None) -> dict:
+        """CER of greedy transcriptions, loss, image gap, glyph accuracy and attention mass on ``stage``
+        (its pages through ``degradation``)."""
+        pages, cpu_batch = self.held_out_set(stage, degradation)
         self.model.eval()
         batch = {key: value.to(self.device) for key, value in cpu_batch.items()}
         _, parts = self.losses(dict(batch))
@@ -703,6 +712,9 @@ class _Trainer:
         record = {"step": self.progress.step, "stage": STAGES[stage]}
         for measured in sorted({stage, len(STAGES) - 1}):
             record.update({f"{STAGES[measured]}_{k}": v for k, v in self.measure(measured).items()})
+        if self.options.recipe.degraded:
+            last = len(STAGES) - 1
+            record.update({f"degraded_{k}": v for k, v in self.measure(last, "mixed").items()})
         record["eval_seconds"] = round(time.perf_counter() - started, 1)
         self.log(record)
         thresholds = self.options.recipe.advance_cer
