@@ -215,7 +215,7 @@ def test_a_name_that_resolves_to_a_private_address_is_refused(monkeypatch):
     """A name that looks public is judged by what it resolves to, every answer of it."""
     answers = {"docs.example.com": ["93.184.215.14", "10.0.0.7"], "cdn.example.com": ["::ffff:127.0.0.1"]}
     monkeypatch.setattr(
-        fetching, "resolve", lambda host, port: [ipaddress.ip_address(a) for a in answers[host]]
+        fetching, "resolve", lambda host, port, seconds=None: [ipaddress.ip_address(a) for a in answers[host]]
     )
     with pytest.raises(RefusedURL, match=r"docs.example.com resolves to 10.0.0.7, a private address"):
         fetch("https://docs.example.com/report.pdf")
@@ -228,7 +228,7 @@ def test_dns_rebinding_cannot_reach_a_private_address(server, monkeypatch):
     connection must go to the address that was checked, never to a second answer."""
     calls = []
 
-    def rebinding(host, port):
+    def rebinding(host, port, seconds=None):
         calls.append(host)
         return [ipaddress.ip_address("93.184.215.14" if len(calls) == 1 else "127.0.0.1")]
 
@@ -273,7 +273,9 @@ def test_tls_verifies_the_name_of_the_url_while_connecting_to_the_checked_addres
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    monkeypatch.setattr(fetching, "resolve", lambda host, port: [ipaddress.ip_address("127.0.0.1")])
+    monkeypatch.setattr(
+        fetching, "resolve", lambda host, port, seconds=None: [ipaddress.ip_address("127.0.0.1")]
+    )
     with DocumentServer({"report.pdf": (REPORT, "application/pdf")}, context=context) as tls:
         assert fetch(tls.url("/report.pdf", host="docs.test"), LOOPBACK) == REPORT
         with pytest.raises(UpstreamError, match="certificate verify failed"):
@@ -391,3 +393,14 @@ def test_credentials_in_a_url_are_neither_sent_nor_shown(server):
     with pytest.raises(RefusedURL, match=r"redirected to ftp://\*\*\*@example.org/: only http") as refused:
         fetch(server.url("/to?ftp://a:s3cret@example.org/"), LOOPBACK)
     assert "s3cret" not in str(refused.value)
+
+
+def test_a_resolver_that_never_answers_is_cut_off_at_the_deadline(monkeypatch):
+    """The system resolver's own timeouts and retries can take minutes; the fetch's deadline ends it."""
+    import socket as sockets
+
+    monkeypatch.setattr(sockets, "getaddrinfo", lambda *args, **kwargs: time.sleep(30))
+    start = time.monotonic()
+    with pytest.raises(FetchTimeout, match=r"slow-dns\.example/a\.pdf: .*1\.5 s"):
+        fetch("http://slow-dns.example/a.pdf", FetchPolicy(timeout=1.0, deadline=1.5))
+    assert time.monotonic() - start < 3

@@ -16,7 +16,7 @@ fetch here:
   an address we never see. ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` are honoured as by httpx;
 - bounds the work: connect and read timeouts, a deadline for the whole fetch (connecting, TLS,
   headers and body, redirects included, enforced on every socket operation, so that a server
-  trickling header bytes cannot hold it either; name resolution is the system's), at most
+  trickling header bytes cannot hold it either, name resolution included), at most
   ``max_redirects`` redirects, and a size limit checked against ``Content-Length`` first and then
   while the body streams in, so that an endless body is cut off at the limit;
 - accepts a body only if its first bytes are a PDF or an image (:func:`jina_ocr.runtime.documents.sniff`),
@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import ipaddress
+import math
 import re
 import socket
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -188,12 +190,30 @@ def address_problem(address: IPAddress) -> str | None:
     return None
 
 
-def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address ``host`` resolves to, in the resolver's order (an IP literal resolves to itself)."""
-    try:
-        answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as error:
-        raise httpcore.ConnectError(f"cannot resolve {host}: {getattr(error, 'strerror', error)}") from None
+def resolve(host: str, port: int, seconds: float | None = None) -> list[IPAddress]:
+    """Every address ``host`` resolves to, in the resolver's order (an IP literal resolves to itself).
+
+    The system's resolver has timeouts of its own, and retries, that a fetch's deadline knows nothing
+    of; it runs in a daemon thread that the fetch stops waiting for after ``seconds``.
+    """
+    outcome: list = []
+
+    def lookup() -> None:
+        try:
+            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (socket.gaierror, UnicodeError) as error:
+            outcome.append(error)
+
+    resolver = threading.Thread(target=lookup, name="jina-ocr-resolve", daemon=True)
+    resolver.start()
+    resolver.join(None if seconds == math.inf else seconds)
+    if not outcome:
+        raise httpcore.ConnectTimeout(f"resolving {host} took longer than the fetch may take")
+    answers = outcome[0]
+    if isinstance(answers, Exception):
+        raise httpcore.ConnectError(
+            f"cannot resolve {host}: {getattr(answers, 'strerror', answers)}"
+        ) from None
     addresses: list[IPAddress] = []
     for *_, sockaddr in answers:
         address = ipaddress.ip_address(sockaddr[0])
@@ -217,7 +237,7 @@ class CheckedBackend(httpcore.NetworkBackend):
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        addresses = resolve(host, port)
+        addresses = resolve(host, port, _until(self.deadline, None))
         if not self.allow_private:
             for address in addresses:
                 problem = address_problem(address)
