@@ -22,6 +22,7 @@ from loopback import serve_in_thread
 from stub_endpoint import OK, StubEndpoint, running
 from test_endpoints import run_cli_process, wait_for
 
+from jina_ocr.cli import main
 from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.documents import CorruptDocumentError, open_document
 from jina_ocr.services.conversion import Converter
@@ -100,17 +101,40 @@ def test_the_server_answers_health_while_a_hostile_upload_fails_with_its_reason(
         uploading = threading.Thread(target=upload)
         uploading.start()
         time.sleep(0.5)
+        ordinary = 0
         while uploading.is_alive():
             began = time.monotonic()
             assert httpx.get(f"{base}/health", timeout=5).status_code == 200
             assert time.monotonic() - began < 2.0, "/health waited for the hostile page"
+            if not ordinary:
+                began = time.monotonic()
+                reply = httpx.post(
+                    f"{base}/v1/documents", files={"file": ("page.pdf", SAMPLE.read_bytes())}, timeout=10
+                )
+                assert reply.status_code == 200 and reply.json()["pages"][0]["error"] is None
+                assert time.monotonic() - began < 2.0, "an ordinary request waited for the hostile page"
+                ordinary += 1
             time.sleep(0.25)
         uploading.join()
+        assert ordinary == 1
     reply = replies["hostile"]
     assert reply.status_code == 200, reply.text
     [page] = reply.json()["pages"]
     assert page["markdown"] is None or page["markdown"] == ""
     assert "takes longer than 2 s to draw" in page["error"]
+
+
+def test_in_convert_the_hostile_page_fails_alone_and_the_rest_converts(tmp_path, quick_limit, capsys):
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(nested_forms())
+    out = tmp_path / "out"
+    with running(StubEndpoint([OK])) as url:
+        status = main(["convert", str(bomb), str(SAMPLE), "-o", str(out), "--endpoint", url])
+    err = capsys.readouterr().err
+    assert status == 1  # a page failed
+    assert "bomb.pdf, page 1: page takes longer than 2 s to draw" in err
+    assert (out / "bomb.md").read_text().startswith("<!-- page 1: not converted: ")
+    assert "not converted" not in (out / "page.md").read_text()
 
 
 def test_ctrl_c_ends_convert_within_two_seconds_while_a_page_draws(tmp_path):

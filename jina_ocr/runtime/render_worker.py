@@ -13,8 +13,9 @@ once):
   fails its page the same way;
 - workers are separate Python programs (``python -m jina_ocr.runtime.render_worker``, importing only
   PyMuPDF), never forks of a process that runs threads and a model; they are kept between pages, each
-  keeps its last documents open, and one is started as soon as a PDF is opened, so a page costs one
-  message each way and a copy of its pixels.
+  keeps its last documents open, one is started as soon as a PDF is opened and a spare whenever one
+  starts drawing, so that a page costs one message each way and a copy of its pixels, and a page that
+  draws for long holds up no other.
 
 :func:`draw` is the drawing itself, shared with :func:`jina_ocr.runtime.pdf.render_pdf_page` (which
 draws trusted pages, those of training and of the benchmarks, in the calling process).
@@ -93,6 +94,9 @@ class RenderJob:
 def _serve(connection: Connection) -> None:
     """A worker's loop: draw the pages asked for, answer with pixels or a reason, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle; it kills us
+    # PyMuPDF imports its layout analysis (onnxruntime) when it is installed: a worker that only draws
+    # would take twice as long to start.
+    sys.modules.setdefault("pymupdf.layout", None)
     import pymupdf
 
     documents: OrderedDict[str, pymupdf.Document] = OrderedDict()
@@ -210,6 +214,7 @@ class RenderPool:
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         worker = worker if worker is not None and worker.alive else _Worker()
+        self.warm()  # a spare, so that the next page need not wait for a worker to start
         with self._lock:
             self._busy.add(worker)
         try:
