@@ -2,16 +2,20 @@
 each MoE dispatch in float32 (Transformers' grouped_mm kernel on the fused experts, the default; our
 eager grouped dispatch; a per-expert Python loop, the reference code's way) and the first two in bfloat16,
 all with the KV cache ``generate`` gives a plain decoding call (the growing cache), and the default
-dispatch once more with the library's ``DynamicCache``, which copies the whole cache at every step.
+dispatch once more with the library's ``DynamicCache``, which copies the whole cache at every step;
+then the bfloat16 weights quantised to int8 and int4 (:mod:`jina_ocr.quantization`: every decoder
+linear layer, the fused experts and the LM head, computing in bfloat16 with PyTorch's CPU kernels).
 
     python benchmarks/decode.py [--prompt 512] [--steps 8] [--rounds 3] [--layers 12] [--threads N]
+                                [--dtypes float32 bfloat16 int8 int4]
 
-Random weights, batch 1. The vision encoders are left out (a decode step never runs them); both
-precisions are held at once (about 12 + 6 GB for all 12 layers; ``--layers`` keeps the first N decoder
-layers, the dense one and N - 1 MoE layers, for a smaller machine). The memory floor of a decode step
-is the number of bytes it must read (attention, dense and shared MLPs, the router, the k selected
-experts of every MoE layer, the final norm and the LM head, plus the KV cache) over the copy rate of
-a large tensor. The copy rate varies from run to run on a shared machine, so every round measures it
+Random weights, batch 1. The vision encoders are left out (a decode step never runs them); the
+precisions of ``--dtypes`` are held at once (about 12, 6, 3 and 1.6 GB for all 12 layers; the quantised
+copies share the bfloat16 model's embedding and norms, and need it in ``--dtypes``; ``--layers`` keeps
+the first N decoder layers, the dense one and N - 1 MoE layers, for a smaller machine). The memory floor
+of a decode step is the number of bytes it must read (attention, dense and shared MLPs, the router, the
+k selected experts of every MoE layer, the final norm and the LM head, plus the KV cache; quantised
+weights with their scales) over the copy rate of a large tensor. The copy rate varies from run to run on a shared machine, so every round measures it
 again right before its timings, and each row reports the median over rounds of (step / floor). A copy
 writes every byte it reads, so a matrix-vector product can read faster than the copy rate: the last
 columns compare each step with the tighter floor of the read rate of a sum over the same tensor.
@@ -27,6 +31,7 @@ import torch
 from transformers import DynamicCache
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
+from jina_ocr.quantization import Quantization, quantize_model
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.generation.growing_cache import growing_cache
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRExperts, JinaOCRForConditionalGeneration, JinaOCRMoE
@@ -47,6 +52,19 @@ def per_expert_loop(
 
 ALL_EXPERTS_FUNCTIONS.register("per_expert_loop", per_expert_loop)
 
+PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+VARIANTS = (  # (name, precision, experts implementation, empty cache)
+    ("grouped_mm kernel", "float32", "grouped_mm", growing_cache),
+    ("eager grouped dispatch", "float32", "eager", growing_cache),
+    ("per-expert Python loop", "float32", "per_expert_loop", growing_cache),
+    ("grouped_mm, DynamicCache", "float32", "grouped_mm", DynamicCache),
+    ("grouped_mm kernel", "bfloat16", "grouped_mm", growing_cache),
+    ("eager grouped dispatch", "bfloat16", "eager", growing_cache),
+    # quantised experts always run the grouped dispatch, with the CPU's int8 / int4 kernels per expert
+    ("grouped dispatch, int8 mm", "int8", "grouped_mm", growing_cache),
+    ("grouped dispatch, int4 mm", "int4", "grouped_mm", growing_cache),
+)
+
 
 def build_model(config: JinaOCRConfig, dtype: torch.dtype) -> JinaOCRForConditionalGeneration:
     """The decoder with random weights; the vision encoders are dropped before any memory is taken."""
@@ -62,26 +80,42 @@ def build_model(config: JinaOCRConfig, dtype: torch.dtype) -> JinaOCRForConditio
     return model
 
 
+def quantized_copy(model: JinaOCRForConditionalGeneration, scheme: str) -> JinaOCRForConditionalGeneration:
+    """``model`` with its decoder weights quantised, in a second model: the embedding, routers and norms
+    are the same tensors as ``model``'s (nothing is copied but what is quantised)."""
+    with torch.device("meta"):
+        copy = JinaOCRForConditionalGeneration(model.config)
+    for name in ("sam_model", "vision_model", "projector"):
+        delattr(copy.model, name)
+    copy.load_state_dict(model.state_dict(), assign=True)
+    return quantize_model(copy, Quantization(scheme)).eval()
+
+
+def _nbytes(module: torch.nn.Module) -> int:
+    return sum(t.nbytes for t in [*module.parameters(), *module.buffers()])
+
+
 def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
-    """Bytes of weights and KV cache that one decode step reads."""
+    """Bytes of weights (quantised ones with their scales) and KV cache that one decode step reads."""
     config = model.config
-    size = model.lm_head.weight.element_size()
     total = 0
     for layer in model.model.layers:
-        total += sum(p.numel() for p in layer.self_attn.parameters())
-        total += layer.input_layernorm.weight.numel() + layer.post_attention_layernorm.weight.numel()
+        total += (
+            _nbytes(layer.self_attn)
+            + _nbytes(layer.input_layernorm)
+            + _nbytes(layer.post_attention_layernorm)
+        )
         mlp = layer.mlp
         if isinstance(mlp, JinaOCRMoE):
-            total += mlp.gate.weight.numel() + sum(p.numel() for p in mlp.shared_experts.parameters())
-            total += config.num_experts_per_tok * (
-                mlp.experts.gate_up_proj[0].numel() + mlp.experts.down_proj[0].numel()
-            )
+            per_expert = _nbytes(mlp.experts) // mlp.experts.num_experts
+            total += _nbytes(mlp.gate) + _nbytes(mlp.shared_experts) + config.num_experts_per_tok * per_expert
         else:
-            total += sum(p.numel() for p in mlp.parameters())
-    total += model.model.norm.weight.numel() + model.lm_head.weight.numel() + config.hidden_size
+            total += _nbytes(mlp)
+    activations = model.model.embed_tokens.weight.element_size()
+    total += _nbytes(model.model.norm) + _nbytes(model.lm_head) + config.hidden_size * activations
     layers = len(model.model.layers)
     kv = 2 * layers * prompt * config.num_key_value_heads * config.decoder_head_dim
-    return (total + kv) * size
+    return total + kv * activations
 
 
 def stream_rates(megabytes: int = 1024, repeats: int = 5) -> tuple[float, float]:
@@ -130,20 +164,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=12, help="decoder layers kept (12 is the full model)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--dtypes", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="precisions to time"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if {"int8", "int4"} & set(args.dtypes) and "bfloat16" not in args.dtypes:
+        parser.error("int8 and int4 are quantised from the bfloat16 model: add bfloat16 to --dtypes")
 
     config = JinaOCRConfig(num_nextn_predict_layers=0, num_hidden_layers=args.layers)
-    models = {"float32": build_model(config, torch.float32), "bfloat16": build_model(config, torch.bfloat16)}
+    models = {}
+    for precision in sorted(args.dtypes, key=PRECISIONS.index):  # the float models first
+        if precision in ("int8", "int4"):
+            models[precision] = quantized_copy(models["bfloat16"], precision)
+        else:
+            models[precision] = build_model(config, getattr(torch, precision))
     ids = torch.randint(0, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
-    variants = (
-        ("grouped_mm kernel", "float32", "grouped_mm", growing_cache),
-        ("eager grouped dispatch", "float32", "eager", growing_cache),
-        ("per-expert Python loop", "float32", "per_expert_loop", growing_cache),
-        ("grouped_mm, DynamicCache", "float32", "grouped_mm", DynamicCache),
-        ("grouped_mm kernel", "bfloat16", "grouped_mm", growing_cache),
-        ("eager grouped dispatch", "bfloat16", "eager", growing_cache),
-    )
+    variants = [variant for variant in VARIANTS if variant[1] in models]
     results = {variant[:2]: [] for variant in variants}
     copy_rates, read_rates = [], []
     for _ in range(args.rounds):
@@ -180,6 +217,12 @@ def main() -> None:
             f"{name:<26}{precision:>9}{step * 1e3:>9.1f}{floor * 1e3:>10.1f}{ratio:>9.2f}{prefill:>11.2f}"
             f"{read_floor * 1e3:>15.1f}{read_ratio:>14.2f}"
         )
+    if ("grouped_mm kernel", "bfloat16") in results:
+        bf16 = statistics.median(r[0] for r in results[("grouped_mm kernel", "bfloat16")])
+        for name, precision, *_ in variants:
+            if precision in ("int8", "int4"):
+                step = statistics.median(r[0] for r in results[(name, precision)])
+                print(f"{precision} decode step: {bf16 / step:.2f}x as fast as bfloat16 (grouped_mm kernel)")
 
 
 if __name__ == "__main__":

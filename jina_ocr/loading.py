@@ -31,8 +31,10 @@ from typing import Any
 
 from jina_ocr.errors import UserError
 from jina_ocr.generation_defaults import build_generation_config
-from jina_ocr.model_files import SETTINGS, build_processor, load_model_files, load_tokenizer
+from jina_ocr.model_files import SETTINGS, build_processor, load_model_files, load_settings, load_tokenizer
 from jina_ocr.models import BUNDLED as BUNDLED_MODEL
+from jina_ocr.quantization import Quantization, quantization_of, quantize_model
+from jina_ocr.quantization import parse as parse_quantization
 
 MODEL_ENV = "JINA_OCR_MODEL"
 
@@ -228,22 +230,40 @@ def resolve_dtype(dtype, device):
 
 
 def load(
-    model: str | os.PathLike | None = None, *, revision: str | None = None, device=None, dtype=None
+    model: str | os.PathLike | None = None,
+    *,
+    revision: str | None = None,
+    device=None,
+    dtype=None,
+    quantize=None,
 ) -> tuple[Any, Any]:
     """``(model, processor)`` for ``model`` (a folder or a Hub id, see :func:`resolve_model`) on ``device``
     in ``dtype``.
 
     ``revision`` picks a branch, tag or commit of a Hub id; ``device`` None picks CUDA, else Apple MPS,
-    else the CPU; ``dtype`` None picks bfloat16 on accelerators and float32 on the CPU. The result is
-    cached: converting file after file loads the weights once.
+    else the CPU; ``dtype`` None picks bfloat16 on accelerators and float32 on the CPU. ``quantize``
+    ("int8", "int4" or a :class:`jina_ocr.quantization.Quantization`) stores the decoder's weights, its
+    experts included, in 8 or 4 bits (:mod:`jina_ocr.quantization`); a quantised model computes in
+    bfloat16 unless ``dtype`` says otherwise, and a folder saved quantised loads quantised without it.
+    The result is cached: converting file after file loads the weights once.
     """
+    quantization = parse_quantization(quantize)
     folder = resolve_model(model, revision).resolve()
     device = resolve_device(device)
-    return _load(folder, device, resolve_dtype(dtype, device))
+    if dtype in (None, "auto") and (quantization is not None or stored_quantization(folder) is not None):
+        dtype = "bfloat16"  # the CPU's int8 and int4 kernels are an order of magnitude slower in float32
+    return _load(folder, device, resolve_dtype(dtype, device), quantization)
+
+
+def stored_quantization(folder: Path) -> Quantization | None:
+    """The quantisation a folder of model files was saved with, if any."""
+    if not (folder / SETTINGS).is_file() or "quantization" not in (settings := load_settings(folder)):
+        return None
+    return Quantization.from_settings(settings["quantization"])
 
 
 @functools.lru_cache(maxsize=1)
-def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
+def _load(folder: Path, device, dtype, quantization: Quantization | None = None) -> tuple[Any, Any]:
     found = layout(folder)
     if found == "model files":
         model, processor = load_model_files(folder, dtype)
@@ -265,6 +285,13 @@ def _load(folder: Path, device, dtype) -> tuple[Any, Any]:
         model.generation_config = build_generation_config(
             released.config, released.tokenizer, mode=released.mode
         )
+    stored = quantization_of(model)
+    if stored is not None and quantization is not None and quantization.scheme != stored.scheme:
+        raise UserError(
+            f"{folder} is saved quantised in {stored.scheme}: load it without --quantize or with {stored.scheme}"
+        )
+    if stored is None and quantization is not None:
+        quantize_model(model, quantization)  # on the CPU, where the weights were loaded, before moving
     return model.to(device).eval(), processor
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from jina_ocr.quantization import Quantization, load_quantized, quantization_of
 from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 
 WEIGHTS = "model.safetensors"
@@ -23,14 +24,17 @@ SETTINGS = "jina_ocr_model.json"
 
 def save_model_files(folder: str | Path, model, tokenizer, settings: dict[str, Any]) -> Path:
     """Write ``model``'s weights (in the checkpoint layout, one tensor per expert) and config,
-    ``tokenizer`` and ``settings`` (processor mode, provenance)."""
+    ``tokenizer`` and ``settings`` (processor mode, provenance). A quantised model's tensors are written
+    as they are, its experts fused, and its quantisation is added to the settings."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.to_json_file(folder / "config.json")
-    state = {
-        name: tensor.detach().contiguous().cpu()
-        for name, tensor in checkpoint_layout(model.state_dict()).items()
-    }
+    state = model.state_dict()
+    if (quantization := quantization_of(model)) is not None:
+        settings = {**settings, "quantization": quantization.settings()}
+    else:
+        state = checkpoint_layout(state)
+    state = {name: tensor.detach().contiguous().cpu() for name, tensor in state.items()}
     tmp = folder / f".{WEIGHTS}.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     tmp.replace(folder / WEIGHTS)
@@ -67,12 +71,17 @@ def load_model_files(folder: str | Path, dtype: torch.dtype = torch.float32, wei
 
     folder = Path(folder)
     config = JinaOCRConfig.from_json_file(folder / "config.json")
-    model = JinaOCRForConditionalGeneration(config)
-    if weights:
-        model.load_state_dict(load_file(str(folder / WEIGHTS)), strict=True)
+    settings = load_settings(folder)
+    if "quantization" in settings:  # the stored integers as they are, without a float copy
+        quantization = Quantization.from_settings(settings["quantization"])
+        model = load_quantized(config, folder / WEIGHTS, quantization)
+    else:
+        model = JinaOCRForConditionalGeneration(config)
+        if weights:
+            model.load_state_dict(load_file(str(folder / WEIGHTS)), strict=True)
     model = model.to(dtype).eval()
     tokenizer = load_tokenizer(folder)
-    mode = load_settings(folder)["processor_mode"]
+    mode = settings["processor_mode"]
     model.generation_config = build_generation_config(config, tokenizer, mode=mode)
     processor = build_processor(tokenizer, mode, config.pixels_per_visual_token)
     return model, processor

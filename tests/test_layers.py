@@ -36,6 +36,8 @@ LAYERS = {
     "jina_ocr.runtime": 1,
     "jina_ocr.loading": 1,
     "jina_ocr.model_files": 1,
+    "jina_ocr.quantization": 1,
+    "jina_ocr.quantized_weights": 1,
     "jina_ocr.generation_defaults": 1,
     "jina_ocr.services": 2,
     "jina_ocr.commands": 3,

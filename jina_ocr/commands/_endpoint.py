@@ -21,6 +21,7 @@ SERVER_OPTIONS = {
     "batch_size": "--batch-size",
     "device": "--device",
     "dtype": "--dtype",
+    "quantize": "--quantize",
 }
 """Options that choose the model and how it runs: with --endpoint, the server's business."""
 

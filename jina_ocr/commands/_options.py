@@ -9,6 +9,9 @@ from jina_ocr.remote_code.processing_jina_ocr import MODES, TILE_SIZE
 from jina_ocr.runtime.documents import DEFAULT_DPI
 from jina_ocr.services.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchPolicy
 
+QUANTIZE_CHOICES = ("int8", "int4")
+"""The schemes of :mod:`jina_ocr.quantization` (not imported here: it would load torch for ``--help``)."""
+
 
 def check_positive(args: argparse.Namespace, *names: str) -> None:
     """Options that count something (pages, tokens, dots per inch, pixels, requests) must be at least 1:
@@ -56,6 +59,12 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "float32", "bfloat16", "float16"),
         default="auto",
         help="weights dtype (default: bfloat16 on GPU, float32 on CPU)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE_CHOICES,
+        help="store the decoder's weights, experts included, in 8 or 4 bits (weights only; computes in "
+        "bfloat16 unless --dtype says otherwise; default: as loaded)",
     )
     parser.add_argument(
         "--no-mtp", action="store_true", help="plain greedy decoding without FastMTP drafting"

@@ -1,0 +1,212 @@
+"""Weight-only int8 / int4 (jina_ocr.quantization): every routed-expert tensor quantised, the vision side,
+routers and norms untouched, logits close to the float model's, FastMTP equal to the quantised model's
+own greedy decoding, a saved quantised model loading back as it was, and ``--quantize`` on the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from fastmtp_helpers import generate, page_batch, small_model
+from small_config import SMALL
+
+import jina_ocr
+from jina_ocr import loading, quantization, quantized_weights
+from jina_ocr.cli import main
+from jina_ocr.commands._options import QUANTIZE_CHOICES
+from jina_ocr.errors import UserError
+from jina_ocr.model_files import save_model_files
+from jina_ocr.quantization import Quantization, quantize_model
+from jina_ocr.quantized_weights import (
+    SCHEMES,
+    QuantizedExperts,
+    QuantizedLinear,
+    dequantize,
+    pack_int4,
+    quantize_weight,
+    quantized_linear,
+)
+
+WIDE = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64}
+"""SMALL with every decoder input width a multiple of int4's group of 64."""
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "sample.pdf"
+STORED = {"int8": torch.int8, "int4": torch.uint8}
+
+
+def float_and_quantized(scheme: str, dtype=torch.float32, seed: int = 0, **options):
+    """The same small model twice: as built, and quantised."""
+    original = small_model(seed=seed, dtype=dtype, **WIDE)
+    copy = small_model(seed=seed, dtype=dtype, **WIDE)
+    return original, quantize_model(copy, Quantization(scheme, **options))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_routed_expert_tensor_is_stored_quantized(scheme):
+    _, model = float_and_quantized(scheme)
+    moe_layers = [layer for layer in model.model.layers if hasattr(layer.mlp, "experts")]
+    assert len(moe_layers) == SMALL["num_hidden_layers"] - 1
+    for layer in moe_layers:
+        experts = layer.mlp.experts
+        assert list(experts.parameters()) == []  # nothing left as a float parameter
+        tensors = dict(experts.named_buffers())
+        values = {name: t for name, t in tensors.items() if not name.endswith("_scale")}
+        assert set(values) == {"gate_up_proj", "down_proj"}
+        for name, tensor in tensors.items():
+            if name in values:
+                assert tensor.dtype == STORED[scheme], name
+                assert tensor.shape[0] == SMALL["n_routed_experts"]
+            else:  # a scale: a float per row (int8) or per group of 64 inputs (int4), never a weight
+                assert tensor.is_floating_point() and tensor.numel() * 16 <= tensors[name[:-6]].numel()
+    assert quantization.unquantized_weights(model) == []
+
+
+def test_experts_a_quantiser_does_not_recognise_are_refused(monkeypatch):
+    """A quantiser that skips the fused experts (as nn.Linear-only quantisers do) fails, naming them."""
+    monkeypatch.setattr(quantization, "_is_float_experts", lambda module: False)
+    with pytest.raises(RuntimeError, match=r"model\.layers\.1\.mlp\.experts\.gate_up_proj"):
+        quantize_model(small_model(**WIDE), Quantization("int8"))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_vision_projector_routers_norms_and_embedding_keep_their_dtype(scheme):
+    original, model = float_and_quantized(scheme, dtype=torch.bfloat16)
+    kept = ("sam_model.", "vision_model.", "projector.", "embed_tokens.", "mlp.gate.", "norm.", "layernorm.")
+    checked = 0
+    for name, tensor in original.state_dict().items():
+        if any(part in name for part in kept):
+            assert torch.equal(model.state_dict()[name], tensor), name
+            assert model.state_dict()[name].dtype == torch.bfloat16, name
+            checked += 1
+    assert checked > 50
+    assert isinstance(model.lm_head, QuantizedLinear)
+    assert isinstance(model.mtp_module.heads[0].eh_proj, QuantizedLinear)
+
+
+def test_lm_head_and_fastmtp_head_can_stay_in_their_dtype():
+    original, model = float_and_quantized("int4", lm_head=False, mtp_head=False)
+    assert isinstance(model.lm_head, torch.nn.Linear)
+    assert torch.equal(model.lm_head.weight, original.lm_head.weight)
+    head = model.mtp_module.heads[0]
+    assert isinstance(head.eh_proj, torch.nn.Linear) and isinstance(
+        head.mtp_block.mlp.down_proj, torch.nn.Linear
+    )
+    assert isinstance(model.model.layers[1].mlp.experts, QuantizedExperts)
+
+
+@pytest.mark.parametrize(("scheme", "tolerance"), [("int8", 0.02), ("int4", 0.2)])  # measured 0.009, 0.15
+def test_quantized_logits_are_close_to_the_float_models(scheme, tolerance):
+    original, model = float_and_quantized(scheme)
+    inputs = page_batch(0, [128, 128], SMALL["vocab_size"], dtype=torch.float32)
+    with torch.no_grad():
+        expected = original(**inputs).logits
+        got = model(**inputs).logits
+    error = (got - expected).norm() / expected.norm()
+    assert error < tolerance
+    assert error > 0  # the weights really are rounded
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_cpu_kernel_computes_what_the_stored_weight_stands_for(scheme, rows):
+    """The CPU kernels (decode) and the widened weight (other devices) agree; int4's padded rows
+    (40 -> 64) are dropped."""
+    weight = torch.randn(40, 128, generator=torch.Generator().manual_seed(0))
+    values, scales = quantize_weight(weight, scheme, torch.float32)
+    x = torch.randn(rows, 128, generator=torch.Generator().manual_seed(1))
+    widened = dequantize(values, scales, scheme, 40, torch.float32)
+    torch.testing.assert_close(quantized_linear(x, values, scales, scheme, 40), x @ widened.T)
+    # every weight is rounded to its nearest step: off by at most half a step (a scale) of its row / group
+    if scheme == "int8":
+        step = scales[:, None]
+    else:
+        step = scales[..., 0].T[:40].repeat_interleave(quantized_weights.INT4_GROUP, dim=1)
+    assert ((widened - weight).abs() <= step / 2 * 1.001).all()
+
+
+def test_int4_packing_is_the_cpu_kernels():
+    q = torch.randint(0, 16, (128, 192), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    assert torch.equal(pack_int4(q.to(torch.uint8)), torch._convert_weight_to_int4pack_for_cpu(q, 1))
+    assert torch.equal(quantized_weights.unpack_int4(pack_int4(q.to(torch.uint8))), q.to(torch.uint8))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_fastmtp_equals_the_quantized_models_greedy(scheme, batch):
+    _, model = float_and_quantized(scheme, seed=2)
+    for seed in range(2):
+        inputs = page_batch(40 + seed, [128] * batch, SMALL["vocab_size"], dtype=torch.float32)
+        greedy = generate(model, inputs, use_mtp=False, max_new_tokens=12)
+        fast = generate(model, inputs, use_mtp=True, max_new_tokens=12)
+        assert fast.tolist() == greedy.tolist()
+        assert model.fastmtp_stats["verification_steps"] > 0
+
+
+@pytest.fixture(scope="module")
+def saved_int8(tmp_path_factory):
+    """The bundled model quantised to int8 and saved as model files, with the model that was saved."""
+    loading._load.cache_clear()
+    model, processor = jina_ocr.load(None, device="cpu", quantize="int8")
+    folder = tmp_path_factory.mktemp("quantized") / "jina-ocr-tiny-int8"
+    save_model_files(folder, model, processor.tokenizer, {"processor_mode": processor.image_processor.mode})
+    loading._load.cache_clear()
+    return folder, model
+
+
+def test_a_saved_quantized_model_loads_back_as_it_was_without_requantizing(saved_int8, monkeypatch):
+    folder, saved = saved_int8
+
+    def no_quantizing(*args, **kwargs):
+        raise AssertionError("a saved quantised model must load without quantising again")
+
+    monkeypatch.setattr(quantized_weights, "quantize_weight", no_quantizing)
+    loading._load.cache_clear()
+    model, _ = jina_ocr.load(folder, device="cpu")
+    assert model.quantization == Quantization("int8") and model.dtype == torch.bfloat16
+    expected = saved.state_dict()
+    assert model.state_dict().keys() == expected.keys()
+    for name, tensor in model.state_dict().items():
+        assert tensor.dtype == expected[name].dtype and torch.equal(tensor, expected[name]), name
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, saved(input_ids=ids).logits)
+    loading._load.cache_clear()
+
+
+def test_a_saved_quantized_model_refuses_another_scheme(saved_int8):
+    folder, _ = saved_int8
+    with pytest.raises(UserError, match="saved quantised in int8: load it without --quantize or with int8"):
+        jina_ocr.load(folder, device="cpu", quantize="int4")
+
+
+def test_unknown_quantization_is_one_line():
+    with pytest.raises(UserError, match=r"^unknown quantisation 'int3': choose one of int8, int4$"):
+        jina_ocr.load(None, quantize="int3")
+    assert QUANTIZE_CHOICES == SCHEMES  # the CLI's choices, written out so that --help needs no torch
+
+
+@pytest.mark.parametrize("command", [["convert", str(SAMPLE)], ["serve"]])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_cli_quantize_reaches_the_loader(command, scheme, monkeypatch, capsys):
+    asked = []
+
+    def loader(folder, device, dtype, quantization=None):
+        asked.append((dtype, quantization))
+        raise UserError("stopped after the loader was reached")
+
+    monkeypatch.setattr(loading, "_load", loader)
+    status = main([*command, "--quantize", scheme, "--device", "cpu"])
+    assert status != 0 and capsys.readouterr().err.strip().endswith("stopped after the loader was reached")
+    assert asked == [(torch.bfloat16, Quantization(scheme))]
+
+
+@pytest.mark.parametrize("command", [["convert", str(SAMPLE)], ["serve"]])
+def test_cli_refuses_an_unknown_quantization_in_one_line(command, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main([*command, "--quantize", "int3"])
+    assert exit.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (
+        f"jina-ocr {command[0]}: error: argument --quantize: invalid choice: 'int3' (choose from 'int8', 'int4')"
+    )
