@@ -329,6 +329,14 @@ def convert_printed_page(out: Path, model_files: Path) -> dict:
     }
 
 
+def print_degradations(rows: dict) -> None:
+    print("\nDegraded target-format pages (words CER; ours' Markdown CER in brackets):")
+    print(f"{'group':<12}{'pages':>6}{'ours':>9}{'tesseract':>11}")
+    for name, row in rows.items():
+        theirs = f"{row['tesseract_words_cer']:.4f}" if "tesseract_words_cer" in row else "-"
+        print(f"{name:<12}{row['pages']:>6}{row['ours_words_cer']:>9.4f}{theirs:>11}  ({row['cer']:.4f})")
+
+
 def print_table(summary: dict) -> None:
     target = summary["target_format"]
     print(f"\nTarget-format held-out pages ({target['pages']}):")
@@ -360,11 +368,7 @@ def print_table(summary: dict) -> None:
         + ", ".join(f"{dpi} dpi {row['cer']:.4f}" for dpi, row in summary["resolutions"].items())
     )
     if summary.get("degradations"):
-        print("\nDegraded target-format pages (words CER; ours' Markdown CER in brackets):")
-        print(f"{'group':<12}{'pages':>6}{'ours':>9}{'tesseract':>11}")
-        for name, row in summary["degradations"].items():
-            theirs = f"{row['tesseract_words_cer']:.4f}" if "tesseract_words_cer" in row else "-"
-            print(f"{name:<12}{row['pages']:>6}{row['ours_words_cer']:>9.4f}{theirs:>11}  ({row['cer']:.4f})")
+        print_degradations(summary["degradations"])
     if "fastmtp" in target:
         for batch, row in target["fastmtp"].items():
             print(
@@ -404,12 +408,20 @@ def main() -> None:
     parser.add_argument(
         "--degraded-pages", type=int, default=100, help="target-format pages through each degradation (100)"
     )
+    parser.add_argument(
+        "--degraded-only", action="store_true", help="run section 8 alone (degraded pages, with Tesseract)"
+    )
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     model, processor = load_model_files(args.model)
+    if args.degraded_only:
+        summary = {"degradations": degradations(args, model, processor)}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        print_degradations(summary["degradations"])
+        return
     summary = {"target_format": target_format(args.out, args, model, processor)}
     summary["stages"] = stages(args, model, processor)
     for profile in args.profiles:
