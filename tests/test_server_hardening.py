@@ -239,3 +239,54 @@ def test_half_sent_requests_neither_block_health_nor_flood_the_log(converter):
         assert slow[0].recv(100) == b"", "a connection with half-sent headers was left open"
         time.sleep(0.5)  # the cut-short bodies have been seen to end
     assert not [r.getMessage() for r in log.records if r.exc_info], "a half-sent request logged a traceback"
+
+
+def test_a_flood_of_connections_is_turned_away_at_accept_and_health_still_answers(converter):
+    """12,000 connections that never send a byte (the test's own sockets count against its file limit of
+    20,000, so the 21,000 of the report cannot all be open in one process): beyond ``max_connections``
+    each is answered 503 and closed as it is accepted, so the server's descriptors stay few."""
+    connections = Connections(max_connections=20, header_seconds=1.0, keep_alive_seconds=1)
+    app = create_app(converter, "jina-ocr-tiny", LIMITS)
+    log = Records()
+    with running(app, connections) as base, ExitStack() as stack:
+        logging.getLogger("uvicorn.error").addHandler(log)
+        stack.callback(logging.getLogger("uvicorn.error").removeHandler, log)
+        port = int(base.rsplit(":", 1)[1])
+        flood = [stack.enter_context(socket.create_connection(("127.0.0.1", port))) for _ in range(12_000)]
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "/health did not answer under a flood of connections"
+            time.sleep(0.2)
+        answers = []
+        for sock in flood[-200:]:  # a few may have found a place freed by the header deadline
+            sock.settimeout(5)
+            answers.append(sock.recv(100))
+        assert all(a == b"" or a.startswith(b"HTTP/1.1 503") for a in answers)  # closed, none left open
+        assert sum(a.startswith(b"HTTP/1.1 503") for a in answers) > 150
+    assert not [r.getMessage() for r in log.records if r.exc_info], "the flood logged a traceback"
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(converter):
+    connections = Connections(max_connections=20, header_seconds=1.0, keep_alive_seconds=1, body_seconds=1.0)
+    app = create_app(converter, "jina-ocr-tiny", LIMITS)
+    with running(app, connections) as base:
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            began = time.monotonic()
+            closed = False
+            while time.monotonic() - began < 10 and not closed:
+                try:
+                    sock.sendall(b" ")
+                    sock.settimeout(0.3)
+                    closed = sock.recv(100) == b""
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+            assert closed and time.monotonic() - began < 4, "a trickled body held its connection"

@@ -114,30 +114,43 @@ class Connections:
     """How many connections the HTTP server holds and for how long, so that clients that open many,
     or send a request slowly or never finish it, cannot take the server from everyone else.
 
-    Over ``max_connections`` open connections a new request is answered 503. A connection whose
-    request line and headers are not all in ``header_seconds`` after it opened (or after its last
-    answer) is closed, so half-sent requests cannot hold those places; an idle kept-alive one is
-    closed after ``keep_alive_seconds``; request headers over ``max_header_bytes`` are a 400.
+    A connection over ``max_connections`` open ones is answered 503 and closed as soon as it is
+    accepted, so that a flood of connections costs the server a file descriptor for an instant, not
+    until its requests come. A connection whose request line and headers are not all in
+    ``header_seconds`` after it opened (or after its last answer) is closed, so half-sent requests
+    cannot hold those places, and so is one whose body is not whole ``body_seconds`` after that; an idle
+    kept-alive one is closed after ``keep_alive_seconds``; request headers over ``max_header_bytes``
+    are a 400.
     """
 
     max_connections: int = 256
     header_seconds: float = 10.0
     keep_alive_seconds: int = 5
     max_header_bytes: int = 64 * 1024
+    body_seconds: float = 120.0
+
+
+_FULL = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 class HeaderDeadline(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request's headers, which uvicorn lacks: its
-    keep-alive timeout starts only after an answer, so a connection that sends a header byte now and
-    then would stay open for ever."""
+    """uvicorn's h11 protocol with deadlines for each request's headers and body, which uvicorn lacks
+    (its keep-alive timeout starts only after an answer, so a connection that sends a header or body
+    byte now and then would stay open for ever), and a cap on open connections at accept time (its
+    ``limit_concurrency`` answers 503 only once a request has come whole)."""
 
-    def __init__(self, *args, header_seconds: float, **kwargs):
+    def __init__(self, *args, header_seconds: float, body_seconds: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.header_seconds = header_seconds
+        self.body_seconds = body_seconds
         self._header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        if self.limit_concurrency is not None and len(self.connections) > self.limit_concurrency:
+            transport.write(_FULL)
+            transport.close()
+            return
         self._start_header_timer()
 
     def on_response_complete(self) -> None:
@@ -155,9 +168,18 @@ class HeaderDeadline(H11Protocol):
         self._header_timer = self.loop.call_later(self.header_seconds, self._close_if_no_request)
 
     def _close_if_no_request(self) -> None:
-        """Close the connection if the client's request has still not come whole (h11 sees the
-        client IDLE until the request line and every header arrived)."""
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        """Close the connection if the client's request headers have still not come whole (h11 sees the
+        client IDLE until the request line and every header arrived); give a body that is on its way
+        ``body_seconds`` more."""
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.IDLE:
+            self.transport.close()
+        elif self.conn.their_state is h11.SEND_BODY:
+            self._header_timer = self.loop.call_later(self.body_seconds, self._close_if_body_unfinished)
+
+    def _close_if_body_unfinished(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
             self.transport.close()
 
 
@@ -927,7 +949,9 @@ def server_config(
         host=host,
         port=port,
         log_level=log_level,
-        http=functools.partial(HeaderDeadline, header_seconds=connections.header_seconds),
+        http=functools.partial(
+            HeaderDeadline, header_seconds=connections.header_seconds, body_seconds=connections.body_seconds
+        ),
         limit_concurrency=connections.max_connections,
         timeout_keep_alive=connections.keep_alive_seconds,
         h11_max_incomplete_event_size=connections.max_header_bytes,
