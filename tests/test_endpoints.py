@@ -361,3 +361,23 @@ def test_resume_of_json_outputs_redoes_documents_with_failed_pages(cli, tmp_path
     assert status == 0, err
     assert len(again.chats) == 2 and "2 of 3 documents already converted" in err
     assert [p["error"] for p in json.loads((out / "d2.json").read_text())["pages"]] == [None, None]
+
+
+def test_a_full_disk_under_the_resume_record_is_one_line_and_nothing_is_sent(cli, tmp_path, monkeypatch):
+    import errno
+
+    from jina_ocr.commands import _resume
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_resume, "write_atomic", full)
+    documents = two_page_pdfs(tmp_path / "docs", 1)
+    stub = StubEndpoint()
+    with running(stub) as url:
+        status, _, err = cli(documents, "-o", tmp_path / "out", "--endpoint", url)
+    assert status == 2 and stub.chats == []
+    assert err.strip().splitlines()[-1] == (
+        f"jina-ocr convert: error: {tmp_path / 'out' / '.jina-ocr-convert.json'}: cannot be written "
+        "(No space left on device)"
+    )

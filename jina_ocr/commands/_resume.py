@@ -44,8 +44,13 @@ def text_options(args: argparse.Namespace, served_model: str) -> dict:
 
 
 def write_record(folder: Path, options: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / RECORD, json.dumps(options, indent=2) + "\n")
+    """Record the options of this run in ``folder``, for a later ``--resume``; a folder that cannot take
+    it (a full disk, no permission) stops the run before any page is converted, in one line."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / RECORD, json.dumps(options, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(f"{folder / RECORD}: cannot be written ({error.strerror or error})") from None
 
 
 def remaining(folder: Path, options: dict, jobs: list) -> list:
