@@ -322,6 +322,7 @@ class TricklingServer:
         self.pause = pause
         self.seconds = seconds
         self.stop = threading.Event()
+        self.client_left: float | None = None  # when a client was seen to close its connection
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
@@ -352,6 +353,7 @@ class TricklingServer:
                     try:
                         connection.sendall(bytes([byte]))
                     except OSError:  # the client gave up
+                        self.client_left = time.monotonic()
                         break
                     time.sleep(self.pause)
 

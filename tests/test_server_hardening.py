@@ -290,3 +290,18 @@ def test_a_body_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(converter):
                 except OSError:
                     closed = True
             assert closed and time.monotonic() - began < 4, "a trickled body held its connection"
+
+
+def test_a_client_that_hangs_up_stops_the_fetch_it_asked_for(converter):
+    """The fetch would go on to its 30 s deadline; the client's hang-up ends it within a second."""
+    from test_fetch import TricklingServer
+
+    fetching = FetchPolicy(allow_private=True, timeout=10, deadline=30)
+    app = create_app(converter, "jina-ocr-tiny", LIMITS, fetching=fetching)
+    with TricklingServer(pause=0.05) as trickling, running(app) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.get(f"{base}/http://127.0.0.1:{trickling.port}/slow.pdf", timeout=1.5)
+        hung_up = time.monotonic()
+        while trickling.client_left is None and time.monotonic() - hung_up < 10:
+            time.sleep(0.05)
+        assert trickling.client_left is not None and trickling.client_left - hung_up < 1.5

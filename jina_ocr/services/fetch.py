@@ -30,6 +30,7 @@ the network backend, which is where the address check has to sit. Each refusal i
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import ipaddress
 import math
@@ -128,6 +129,38 @@ class FetchTimeout(FetchError):
 
 class UpstreamError(FetchError):
     """The server could not be reached, broke the connection, or answered with an error status."""
+
+
+class FetchCancelled(FetchError):
+    """The fetch was stopped by :meth:`FetchCancel.cancel` (the client it fetched for went away)."""
+
+
+class FetchCancel:
+    """Stops a fetch from another thread: its connections are shut down, which wakes a read that waits
+    on them at once, and it opens no new one. A server fetching for a client that hangs up uses it, so
+    that the fetch does not go on to its deadline for nobody."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        """Shut ``sock`` down on :meth:`cancel` (at once if that already happened)."""
+        with self._lock:
+            if sock is not None:
+                self._sockets.append(sock)
+            cancelled = self.cancelled
+        if cancelled:
+            self.cancel()
 
 
 class _AddressRefused(Exception):
@@ -231,9 +264,12 @@ class CheckedBackend(httpcore.NetworkBackend):
     by ``deadline`` (a :func:`time.monotonic` time) at the latest.
     """
 
-    def __init__(self, allow_private: bool, deadline: float = float("inf")):
+    def __init__(
+        self, allow_private: bool, deadline: float = float("inf"), cancel: FetchCancel | None = None
+    ):
         self.allow_private = allow_private
         self.deadline = deadline
+        self.cancel = cancel
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
@@ -255,6 +291,8 @@ class CheckedBackend(httpcore.NetworkBackend):
             except httpcore.ConnectError as error:
                 failure = error
             else:
+                if self.cancel is not None:
+                    self.cancel.watch(stream.get_extra_info("socket"))
                 return _DeadlineStream(stream, self.deadline)
         raise failure or httpcore.ConnectError(f"{host} has no address")
 
@@ -308,9 +346,18 @@ def _is_literal(host: str, address: IPAddress) -> bool:
         return False
 
 
-def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
-    """The document at ``url`` (a PDF or image, by its bytes); raises :class:`FetchError` otherwise."""
-    policy = policy or FetchPolicy()
+def fetch(url: str, policy: FetchPolicy | None = None, cancel: FetchCancel | None = None) -> bytes:
+    """The document at ``url`` (a PDF or image, by its bytes); raises :class:`FetchError` otherwise, and
+    :class:`FetchCancelled` soon after ``cancel`` is cancelled."""
+    try:
+        return _fetch(url, policy or FetchPolicy(), cancel)
+    except FetchError:
+        if cancel is not None and cancel.cancelled:
+            raise FetchCancelled(url, "the fetch was cancelled") from None
+        raise
+
+
+def _fetch(url: str, policy: FetchPolicy, cancel: FetchCancel | None) -> bytes:
     deadline = time.monotonic() + policy.deadline
     timeouts = dict.fromkeys(("connect", "read", "write", "pool"), policy.timeout)
     headers = {
@@ -320,7 +367,7 @@ def fetch(url: str, policy: FetchPolicy | None = None) -> bytes:
     }
     pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(),
-        network_backend=CheckedBackend(policy.allow_private, deadline),
+        network_backend=CheckedBackend(policy.allow_private, deadline, cancel),
         max_connections=1,
     )
     try:

@@ -82,6 +82,7 @@ from jina_ocr.runtime.results import PageResult, blank_generation
 from jina_ocr.services.conversion import PAGE_MARKER, Converter, document_markdown, document_record
 from jina_ocr.services.fetch import (
     BodyTooLarge,
+    FetchCancel,
     FetchError,
     FetchPolicy,
     FetchTimeout,
@@ -449,11 +450,19 @@ class OCRService:
                 f"{self.limits.max_request_bytes:,} bytes",
             )
         policy = dataclasses.replace(self.fetching, max_bytes=budget)
+        cancel = FetchCancel()
+        work = asyncio.ensure_future(run_in_threadpool(fetch, url, policy, cancel))
         try:
-            return await run_in_threadpool(fetch, url, policy)
+            while not work.done():
+                await asyncio.wait({work}, timeout=DISCONNECT_POLL_SECONDS)
+                if not work.done() and await request.is_disconnected():
+                    cancel.cancel()
+            return work.result()
         except FetchError as error:
             status = next((code for kind, code in _FETCH_STATUS if isinstance(error, kind)), 502)
             raise RequestError(status, str(error)) from None
+        finally:
+            cancel.cancel()
 
     async def convert(
         self,
@@ -742,7 +751,7 @@ def create_app(
             budget = service.limits.max_request_bytes
             for image, where in images:
                 if isinstance(image, str):
-                    data = await service.fetch(image, budget)
+                    data = await service.fetch(image, budget, request)
                     budget -= len(data)
                     documents.append(service.open(data, f"{where} ({redact_url(image)})"))
                 else:
@@ -826,7 +835,7 @@ def create_app(
         @app.get("/{scheme}:{rest:path}")
         async def document_by_url(request: Request):
             url = _requested_url(request)
-            data = await service.fetch(url, service.limits.max_request_bytes)
+            data = await service.fetch(url, service.limits.max_request_bytes, request)
             shown = redact_url(url)
             document = service.open(data, shown)
             try:
