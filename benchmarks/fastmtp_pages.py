@@ -1,7 +1,7 @@
 """FastMTP against greedy decoding on held-out target-format pages, in float32 and bfloat16, in turn.
 
     python benchmarks/fastmtp_pages.py [--model FILES] [--pages 32] [--passes 2] [--batch-size 1]
-                                       [--dtypes float32 bfloat16] [--threads 2]
+                                       [--dtypes float32 bfloat16] [--threads 2] [--confidence]
 
 At batch 1 on a CPU the settings differ by less than a machine drifts between two runs one after the
 other, so each batch of pages is decoded by every setting (greedy and FastMTP in each dtype) in turn,
@@ -13,19 +13,31 @@ cost about the same for 1 to 8 rows, which is what speculative decoding needs.
 
 The output of FastMTP must equal greedy's in the same dtype on every page: FastMTP is lossless. The
 two dtypes may read a page differently; how many pages they read alike is printed too.
+
+``--confidence`` times instead what page confidence (jina_ocr/runtime/confidence.py) costs: each batch
+through ``generate`` with the batch driver's row stops, once scoring every committed token (as the
+driver does) and once not, in turn, for every setting; and one scoring of a step of the real
+vocabulary's logits (129,280 per position), the part that grows with the vocabulary.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
+from transformers.generation import StoppingCriteriaList
 
 from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
+from jina_ocr.remote_code.generation.settings import REAL_VOCAB_SIZE
+from jina_ocr.runtime.batching import RowStops
+from jina_ocr.runtime.confidence import LogitsTap
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.recipe import PageRecipe
 
@@ -125,6 +137,77 @@ def print_table(runs: dict[tuple, Run], differences: list[str], args) -> None:
         print(f"{name} greedy reads like {dtypes[0]} greedy on {same_rows(runs[name, False], base)} pages")
 
 
+def stopped_generate(model, processor, batch, use_mtp: bool, limit: int, scored: bool) -> tuple[float, list]:
+    """Seconds of one ``generate`` call with the driver's row stops, scoring tokens or not, and the
+    rows' tokens."""
+    inputs = processor.prepare_ocr_inputs(batch, device=model.device, dtype=model.dtype)
+    tap = LogitsTap(model) if scored else None
+    eos = processor.tokenizer.eos_token_id
+    stops = RowStops(inputs["input_ids"].shape[1], [limit] * len(batch), [eos], tap=tap)
+    began = time.perf_counter()
+    with torch.inference_mode(), tap or contextlib.nullcontext():
+        model.generate(
+            **inputs, max_new_tokens=limit, do_sample=False, use_mtp=use_mtp,
+            stopping_criteria=StoppingCriteriaList([stops]),
+        )  # fmt: skip
+    stops.close()
+    return time.perf_counter() - began, stops.tokens
+
+
+def confidence_cost(args) -> None:
+    """Print, per dtype and decoding, the seconds with and without scoring over the same batches."""
+    model, processor = load_model_files(args.model)
+    models = {name: copy.deepcopy(model).to(DTYPES[name]) for name in args.dtypes}
+    settings = [
+        (name, use_mtp, scored)
+        for name in args.dtypes
+        for use_mtp in (False, True)
+        for scored in (False, True)
+    ]
+    images = [page.image for page in PageRecipe().held_out_pages(len(STAGES) - 1, args.seed, args.pages)]
+    size = args.batch_size
+    batches = [images[i : i + size] for i in range(0, len(images), size)]
+    for name, use_mtp, scored in settings:  # one-time costs, not counted
+        stopped_generate(models[name], processor, images[:1], use_mtp, 8, scored)
+    seconds = {setting: 0.0 for setting in settings}
+    tokens = {setting: [] for setting in settings}
+    for number in range(args.passes):
+        for index, batch in enumerate(batches):
+            turn = (index + number) % len(settings)
+            for name, use_mtp, scored in settings[turn:] + settings[:turn]:
+                took, rows = stopped_generate(
+                    models[name], processor, batch, use_mtp, args.max_new_tokens, scored
+                )
+                seconds[name, use_mtp, scored] += took
+                tokens[name, use_mtp, scored] += rows
+    print(
+        f"\nPage confidence: batch {size}, {args.pages} held-out target-format pages x {args.passes} passes, "
+        f"each batch by every setting in turn ({torch.get_num_threads()} threads):"
+    )
+    print(
+        f"{'dtype':9s} {'decoding':8s} {'tokens':>7s} {'s without':>10s} {'s with':>8s} {'with/without':>13s}  same tokens"
+    )
+    for name in args.dtypes:
+        for use_mtp in (False, True):
+            plain, scored = seconds[name, use_mtp, False], seconds[name, use_mtp, True]
+            same = tokens[name, use_mtp, False] == tokens[name, use_mtp, True]
+            count = sum(map(len, tokens[name, use_mtp, True]))
+            print(
+                f"{name:9s} {'FastMTP' if use_mtp else 'greedy':8s} {count:7d} {plain:10.2f} {scored:8.2f} "
+                f"{scored / plain:12.3f}x  {same}"
+            )
+    tap = LogitsTap(model)
+    times = []
+    for _ in range(20):  # a FastMTP step of the batch with K = 3: 4 positions a row
+        tap.logits = torch.randn(size, 4, REAL_VOCAB_SIZE)
+        began = time.perf_counter()
+        tap.score(torch.zeros(size, 4, dtype=torch.long)).tolist()
+        times.append(time.perf_counter() - began)
+    print(
+        f"scoring one step of {size} x 4 float32 logits of the real vocabulary: {statistics.median(times) * 1e3:.2f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=BUNDLED, help="model files (the bundled jina-ocr-tiny)")
@@ -137,11 +220,15 @@ def main() -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--confidence", action="store_true", help="time page confidence instead (see above)")
     args = parser.parse_args()
     if not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: no model files there (config.json)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.confidence:
+        confidence_cost(args)
+        return
     runs, differences = interleaved(args)
     print_table(runs, differences, args)
 

@@ -2,7 +2,8 @@
 
 Each chat request takes the next step of the script (the last step repeats): a canned answer, an
 error status (with ``Retry-After`` for 429), a slow answer, a dropped connection, or a hang until the
-endpoint is released. Every request is recorded with its arrival time and decoded body, so tests can
+endpoint is released. A canned answer has a ``finish_reason`` and, when its step gives them, token
+log-probabilities in OpenAI's format. Every request is recorded with its arrival time and decoded body, so tests can
 check what was sent, how often and how far apart.
 """
 
@@ -26,6 +27,9 @@ class Step:
     status: int = 200
     retry_after: str | None = None
     seconds: float = 0.0
+    logprobs: list[tuple[float, float]] | None = None
+    """(log-probability, that of the first choice) of each answered token; None: the answer has none."""
+    finish_reason: str = "stop"
 
 
 OK = Step()
@@ -117,8 +121,20 @@ def _handler(stub: StubEndpoint):
                 error = {"message": f"scripted {step.status}", "type": "test", "code": step.status}
                 self._send(step.status, {"error": error}, headers)
                 return
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": ANSWER},
+                "finish_reason": step.finish_reason,
+            }
+            if step.logprobs is not None:
+                choice["logprobs"] = {
+                    "content": [
+                        {"token": "t", "logprob": chosen, "top_logprobs": [{"token": "f", "logprob": first}]}
+                        for chosen, first in step.logprobs
+                    ]
+                }
             reply = {
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER}}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
             }
             self._send(200, reply)

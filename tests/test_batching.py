@@ -90,7 +90,9 @@ def test_row_stops_cut_multi_token_steps_at_each_rows_limit_and_stop_token():
         0,
         [3, None, 10],
         stop_ids=[1],
-        on_finish=lambda row, tokens, cancelled, fastmtp: finished.append((row, list(tokens), cancelled)),
+        on_finish=lambda row, tokens, cancelled, fastmtp, scores: finished.append(
+            (row, list(tokens), cancelled)
+        ),
         on_tokens=steps.append,
     )
     tokens = torch.tensor([[5, 6, 7, 8], [5, 1, 9, 9], [4, 4, 4, 4]])
@@ -111,7 +113,9 @@ def test_row_stops_read_the_librarys_layout_and_finish_cancelled_rows():
         [None, None],
         stop_ids=[1],
         cancelled=[lambda: gone[0], None],
-        on_finish=lambda row, tokens, cancelled, fastmtp: finished.append((row, list(tokens), cancelled)),
+        on_finish=lambda row, tokens, cancelled, fastmtp, scores: finished.append(
+            (row, list(tokens), cancelled)
+        ),
     )
     prompt = [[0, 9], [9, 9]]
     assert stops(torch.tensor([p + [5] for p in prompt]), None).tolist() == [False, False]

@@ -55,7 +55,10 @@ def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
     record = json.loads((out / "earnings.json").read_text())
     assert record["source"] == str(fixtures_dir / "olmocr" / "earnings.pdf")
     [page] = record["pages"]
-    assert set(page) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
+    assert set(page) == {
+        "page", "markdown", "tokens", "seconds", "finish_reason", "confidence", "mean_logprob",
+        "min_logprob", "fastmtp", "error",
+    }  # fmt: skip
     assert page["page"] == 1 and page["error"] is None and isinstance(page["markdown"], str)
     assert 0 <= page["tokens"] <= 2 and page["seconds"] > 0
     assert page["fastmtp"] is None  # a random export decodes with plain greedy unless exported with --mtp on

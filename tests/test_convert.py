@@ -54,7 +54,10 @@ def test_pages_stream_out_as_each_batch_finishes(converter, monkeypatch):
     for result in results:
         assert result.ok and result.source == "three.pdf"
         assert isinstance(result.markdown, str) and 0 <= result.tokens <= 3 and result.seconds > 0
-    assert set(results[0].to_dict()) == {"page", "markdown", "tokens", "seconds", "fastmtp", "error"}
+    assert set(results[0].to_dict()) == {
+        "page", "markdown", "tokens", "seconds", "finish_reason", "confidence", "mean_logprob",
+        "min_logprob", "fastmtp", "error",
+    }  # fmt: skip
 
 
 def test_a_blank_page_converts_to_empty_markdown_without_the_model(converter, monkeypatch):

@@ -231,6 +231,10 @@ def test_outputs_are_those_of_a_local_run(cli, noise_png, tmp_path):
         "markdown": ANSWER,
         "tokens": 3,
         "seconds": page["seconds"],
+        "finish_reason": "stop",
+        "confidence": None,  # the stub sends no log-probabilities
+        "mean_logprob": None,
+        "min_logprob": None,
         "fastmtp": None,
         "error": None,
     }

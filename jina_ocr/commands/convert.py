@@ -6,7 +6,9 @@ Inputs that would share a name are numbered (``report.md``, ``report-2.md``); a 
 once is converted once. Without ``-o``, Markdown goes to stdout as pages finish (each document
 preceded by ``<!-- document: PATH -->`` when there are several) and JSON goes to stdout as one line
 per document (JSON Lines). In Markdown every page starts with the line ``<!-- page N -->``; a page
-that failed is replaced by ``<!-- page N: not converted: REASON -->``. Outputs are written to a
+that failed is replaced by ``<!-- page N: not converted: REASON -->``, and with ``--min-confidence X``
+a page whose confidence is below X is followed by ``<!-- low confidence: C, finish_reason: R -->``
+and reported on stderr (which does not change the exit status). Outputs are written to a
 temporary file and renamed, so an interrupted run leaves finished files and no half-written ones.
 The exit status is 0 when every page of every input converted, 1 when some input or page failed or
 an output could not be written (each reported on stderr), 2 for a usage error such as a malformed
@@ -36,6 +38,8 @@ from jina_ocr.commands._options import (
 )
 from jina_ocr.commands._output import write_atomic
 from jina_ocr.errors import UserError
+from jina_ocr.loading import load
+from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.documents import (
     DEFAULT_MAX_PIXELS,
     Document,
@@ -48,6 +52,7 @@ from jina_ocr.runtime.documents import (
 from jina_ocr.services.conversion import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
+    LOW_CONFIDENCE,
     Converter,
     document_markdown,
     document_record,
@@ -96,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_PIXELS,
         help="largest page bitmap in pixels; bigger pages are reported and skipped (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-confidence",
+        type=float,
+        metavar="X",
+        help="mark pages whose confidence (0 to 1, see docs/output.md) is below X in the Markdown and "
+        "on stderr (default: none marked)",
     )
     add_runtime_arguments(parser)
     add_fetch_arguments(parser, max_fetch_mb=True)
@@ -293,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
     check_positive(args, "batch_size", "max_new_tokens", "dpi", "max_pixels")
     if not args.max_fetch_mb > 0:
         raise UserError("--max-fetch-mb must be positive")
+    if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
+        raise UserError(f"--min-confidence must be from 0 to 1, got {args.min_confidence}")
     items = _distinct(items)
     names = output_names(items, suffix)
     if args.output is not None:
@@ -315,11 +329,14 @@ def _run_jobs(jobs: list[Job], args: argparse.Namespace) -> int:
             _report(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} documents already converted")
         jobs = todo
     try:
-        converter = converter or Converter.from_pretrained(
-            args.model,
-            revision=args.revision,
-            device=args.device,
-            dtype=args.dtype,
+        converter = converter or Converter(
+            *load(
+                args.model,
+                revision=args.revision,
+                device=args.device,
+                dtype=args.dtype,
+                quantize=args.quantize,
+            ),
             batch_size=args.batch_size,
             max_new_tokens=args.max_new_tokens,
             use_mtp=False if args.no_mtp else None,
@@ -336,6 +353,7 @@ def _run_jobs(jobs: list[Job], args: argparse.Namespace) -> int:
     try:
         return 1 if _convert_all(converter, jobs, args) else 0
     except KeyboardInterrupt:
+        render_worker.POOL.close()  # pages drawing in other threads fail now rather than at their limit
         _report("interrupted; files already written are complete, the current one was not written")
         return 130
     finally:
@@ -392,15 +410,19 @@ def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
                     _report(f"error: {job.label}, page {result.page}: {result.error}")
                 elif not live:
                     meter.tokens += result.tokens
+                if result.doubtful(args.min_confidence):
+                    _report(f"{job.label}, page {result.page}: {LOW_CONFIDENCE.format_map(vars(result))}")
                 bar.set_postfix_str(meter.text(), refresh=False)
                 bar.update(1)
                 if to_stdout and args.format == "md":
-                    _show(document_markdown([result]) + "\n")
+                    _show(document_markdown([result], args.min_confidence) + "\n")
             if to_stdout and args.format == "json":
                 _show(json.dumps(document_record(job.label, results)) + "\n")
             elif not to_stdout:
                 record = json.dumps(document_record(job.label, results), ensure_ascii=False, indent=2)
-                text = document_markdown(results) if args.format == "md" else record + "\n"
+                text = (
+                    document_markdown(results, args.min_confidence) if args.format == "md" else record + "\n"
+                )
                 target = args.output / job.output
                 try:  # a full disk, a quota, a folder removed meanwhile: this output only, the old file kept
                     write_atomic(target, text)

@@ -10,6 +10,8 @@ queue) run pages through :class:`BatchDriver`, so they share one way of
 - finishing pages one by one (:class:`RowStops`): a page that reaches EOS or its own limit, or whose
   request was cancelled, is handed to its ``done`` callback while the batch goes on with the others;
 - reporting progress: ``progress(count)`` after every decoding step, with the tokens it added;
+- scoring every committed token from the main model's logits and saying how each page ended
+  (:mod:`jina_ocr.runtime.confidence`);
 - retrying a failed batch page by page (:meth:`BatchDriver.run_batch`), so one bad page costs only
   itself.
 
@@ -40,6 +42,7 @@ from transformers.generation import StoppingCriteria, StoppingCriteriaList
 
 from jina_ocr.remote_code.generation.settings import token_ids
 from jina_ocr.runtime.checks import positive_int
+from jina_ocr.runtime.confidence import LogitsTap, PageScores, finish_reason
 
 
 class Cancelled(Exception):
@@ -65,7 +68,10 @@ class Generation:
     the page's share of its batch's wall time: every moment is split among the pages still being
     worked on, so the seconds of a batch's pages add up to the batch's time. ``fastmtp`` holds the
     FastMTP counts of the batch's ``generate`` call up to the step that finished the page, or None
-    without FastMTP. ``regions`` are the grounding spans (``decode_ocr(return_regions=True)``)."""
+    without FastMTP. ``regions`` are the grounding spans (``decode_ocr(return_regions=True)``).
+    ``logprobs`` holds each of ``token_ids``' log-probability under the main model (None: not
+    known), ``finish_reason`` how the page ended (:mod:`jina_ocr.runtime.confidence`; None: not
+    known)."""
 
     markdown: str
     tokens: int
@@ -74,6 +80,8 @@ class Generation:
     fastmtp: dict | None
     regions: list = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    finish_reason: str | None = "stop"
 
 
 def batches(items: Iterable, size: int | None) -> Iterator[list]:
@@ -220,7 +228,9 @@ class BatchDriver:
         if all(limit is not None for limit in limits):
             kwargs["max_new_tokens"] = max(limits)
 
-        def finish(row: int, token_ids: list[int], cancelled: bool, fastmtp: dict | None) -> None:
+        def finish(
+            row: int, token_ids: list[int], cancelled: bool, fastmtp: dict | None, scores: PageScores
+        ) -> None:
             seconds = clock.leave()
             if cancelled:
                 self._deliver(pages, outcomes, live[row], Cancelled("the request was cancelled"))
@@ -230,11 +240,21 @@ class BatchDriver:
                 count -= 1
             markdown, regions = self.processor.decode_ocr([token_ids], None, return_regions=True)
             prompt_tokens = int(inputs["attention_mask"][row].sum())
+            ended = finish_reason(bool(token_ids) and token_ids[-1] in eos, scores.overruled > 0)
             generation = Generation(
-                markdown, count, prompt_tokens, seconds, fastmtp, regions, list(token_ids)
+                markdown,
+                count,
+                prompt_tokens,
+                seconds,
+                fastmtp,
+                regions,
+                list(token_ids),
+                scores.logprobs,
+                ended,
             )
             self._deliver(pages, outcomes, live[row], generation)
 
+        tap = LogitsTap(self.model)
         stops = RowStops(
             inputs["input_ids"].shape[1],
             limits,
@@ -242,10 +262,11 @@ class BatchDriver:
             cancelled=[pages[i].cancelled for i in live],
             on_finish=finish,
             on_tokens=self.progress,
+            tap=tap,
         )
         criteria = StoppingCriteriaList([*(kwargs.pop("stopping_criteria", None) or []), stops])
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), tap:
                 self.model.generate(**inputs, stopping_criteria=criteria, **kwargs)
         finally:
             stops.announce()  # rows finished before a failure are complete
@@ -257,11 +278,14 @@ class RowStops(StoppingCriteria):
 
     ``limits`` holds each row's own token limit (None: only ``generate``'s), ``stop_ids`` the tokens
     that end a row (EOS), ``cancelled`` a test per row (None: never cancelled). ``on_finish(row,
-    tokens, cancelled, fastmtp)`` receives a finished row's tokens, cut to its limit and ending with
-    the stop token when it met one, and the call's FastMTP counts so far (None without FastMTP);
+    tokens, cancelled, fastmtp, scores)`` receives a finished row's tokens, cut to its limit and ending
+    with the stop token when it met one, the call's FastMTP counts so far (None without FastMTP) and
+    the row's :class:`PageScores`;
     ``on_tokens(count)`` the number of tokens a step added over all rows, each row counted up to its
     own limit. ``fastmtp`` is set by ``generate`` (generation/dispatch.py) to the running call's
-    ``FastMTPStats`` when FastMTP decodes it.
+    ``FastMTPStats`` when FastMTP decodes it. With ``tap`` (a :class:`LogitsTap` on the model, open
+    while ``generate`` runs) every committed token is scored from the forward that chose it, into
+    ``scores[row]`` (whose ``logprobs`` are None without a tap).
     """
 
     def __init__(
@@ -271,8 +295,9 @@ class RowStops(StoppingCriteria):
         stop_ids: Iterable[int],
         *,
         cancelled: Sequence[Callable[[], bool] | None] | None = None,
-        on_finish: Callable[[int, list[int], bool, dict | None], None] | None = None,
+        on_finish: Callable[[int, list[int], bool, dict | None, PageScores], None] | None = None,
         on_tokens: Callable[[int], None] | None = None,
+        tap: LogitsTap | None = None,
     ):
         self.prompt_length = prompt_length
         self.limits = list(limits)
@@ -284,6 +309,8 @@ class RowStops(StoppingCriteria):
         self.on_tokens = on_tokens
         self.fastmtp = None
         self.tokens: list[list[int]] = [[] for _ in self.limits]
+        self.tap = tap
+        self.scores = [PageScores() if tap is not None else PageScores(None) for _ in self.limits]
         self.finished = [False] * len(self.limits)
         self._seen = 0  # generated columns of input_ids already read by __call__
         self._unannounced: list[tuple[int, bool]] = []
@@ -301,17 +328,21 @@ class RowStops(StoppingCriteria):
         """Record one step: row ``rows[i]`` of the batch committed the first ``counts[i]`` of
         ``tokens[i]``. Returns, for each of ``rows``, whether it is finished now."""
         self.announce()
-        table = torch.cat([rows[:, None], counts[:, None], tokens], dim=1).tolist()  # the step's one read
+        # The step's reads to the host: its scores, then its tokens (which then wait for nothing).
+        scored = self.tap.score(tokens).tolist() if self.tap is not None else None
+        table = torch.cat([rows[:, None], counts[:, None], tokens], dim=1).tolist()
         added = 0
-        for row, count, *step in table:
+        for index, (row, count, *step) in enumerate(table):
             if self.finished[row]:
                 continue
             mine, limit = self.tokens[row], self.limits[row]
             stopped = False
-            for token in step[:count]:
+            for column, token in enumerate(step[:count]):
                 if limit is not None and len(mine) >= limit:
                     break
                 mine.append(token)
+                if scored is not None:
+                    self.scores[row].add(*scored[index][column])
                 added += 1
                 if token in self.stop_ids:
                     stopped = True
@@ -336,7 +367,7 @@ class RowStops(StoppingCriteria):
         if self.on_finish is not None:
             for row, cancelled in waiting:
                 counts = self.fastmtp.as_dict() if self.fastmtp is not None else None
-                self.on_finish(row, self.tokens[row], cancelled, counts)
+                self.on_finish(row, self.tokens[row], cancelled, counts, self.scores[row])
 
     def close(self) -> None:
         """After ``generate`` returned: every row is finished (those ``generate`` itself ended, at

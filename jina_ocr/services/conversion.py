@@ -58,15 +58,25 @@ def html_comment(text: str) -> str:
     return f"<!-- {text.replace('--', '- -')} -->"
 
 
-def document_markdown(results: Sequence[PageResult]) -> str:
+LOW_CONFIDENCE = "low confidence: {confidence:.2f}, finish_reason: {finish_reason}"
+"""What marks a page below ``convert --min-confidence``: in an HTML comment on the line after its
+:data:`PAGE_MARKER`, and on stderr."""
+
+
+def document_markdown(results: Sequence[PageResult], min_confidence: float | None = None) -> str:
     """Pages as Markdown: each converted page after its :data:`PAGE_MARKER` line (an empty page is the
     line alone), each failed page as ``<!-- page N: not converted: REASON -->`` (the output of
-    ``convert`` and of ``GET /{url}``)."""
+    ``convert`` and of ``GET /{url}``). A page whose confidence is below ``min_confidence`` has the
+    line ``<!-- low confidence: 0.42, finish_reason: stop -->`` (:data:`LOW_CONFIDENCE`) right after
+    its marker."""
     parts = []
     for result in results:
         if result.ok:
             body = result.markdown.strip()
-            parts.append(f"{PAGE_MARKER.format(page=result.page)}\n" + (f"\n{body}\n" if body else ""))
+            marker = PAGE_MARKER.format(page=result.page)
+            if result.doubtful(min_confidence):
+                marker += "\n" + html_comment(LOW_CONFIDENCE.format_map(vars(result)))
+            parts.append(f"{marker}\n" + (f"\n{body}\n" if body else ""))
         else:
             parts.append(html_comment(f"page {result.page}: not converted: {result.error}") + "\n")
     return "\n".join(parts)

@@ -14,6 +14,13 @@ honouring ``Retry-After``; other answers (400, 404, 413, 422, ...) are final for
 goes to the endpoint with the fewest requests in flight, and an endpoint that fails several times in
 a row rests for a cool-down while the others take its pages. A page that still fails becomes a
 failed page, never a lost one.
+
+Every request asks for the log-probability of each token and of the model's first choice there
+(``logprobs``, ``top_logprobs: 1``), from which a page's confidence is computed as for a local run
+(:mod:`jina_ocr.runtime.confidence`); an answer without them leaves the confidence unknown (None). Its
+``finish_reason`` is the server's ``stop`` or ``length``, ``length`` becoming ``loop`` when a token
+was not the model's first choice (the server's loop guard banned it; vLLM reports log-probabilities
+of the raw logits, before its logits processors).
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from PIL import Image
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.generation import settings
+from jina_ocr.runtime.batching import Generation
 from jina_ocr.runtime.checks import positive_int
+from jina_ocr.runtime.confidence import LENGTH, STOP, finish_reason
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -136,11 +145,22 @@ class Endpoint:
     """Whether its ``/models`` says vLLM (which takes the loop guard as ``vllm_xargs``); None: not asked."""
 
 
-@dataclass
-class Answer:
-    markdown: str
-    tokens: int
-    seconds: float
+def _answer_ending(choice: dict) -> tuple[list[float] | None, str | None]:
+    """The token log-probabilities of an answer's choice (None when absent or not numbers), and how it
+    ended (None when the server says neither ``stop`` nor ``length``)."""
+    logprobs, overruled = None, False
+    try:
+        entries = choice["logprobs"]["content"]
+        logprobs = [float(entry["logprob"]) for entry in entries] or None
+        overruled = any(
+            float(top["logprob"]) > logprob
+            for entry, logprob in zip(entries, logprobs or (), strict=False)
+            for top in entry.get("top_logprobs") or ()
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        logprobs = None
+    reason = choice.get("finish_reason")
+    return logprobs, finish_reason(reason == STOP, overruled) if reason in (STOP, LENGTH) else None
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -266,7 +286,7 @@ class EndpointPool:
                     endpoint.resting_until = time.monotonic() + self.policy.cooldown
             self._lock.notify_all()
 
-    def complete(self, png: bytes, prompt: str | None, max_new_tokens: int) -> Answer:
+    def complete(self, png: bytes, prompt: str | None, max_new_tokens: int) -> Generation:
         """One page's chat completion, retried as the policy says; raises ``RuntimeError`` with the
         reason when the page cannot be converted, :class:`Stopped` when the pool closes."""
         content: list[dict] = [
@@ -281,6 +301,8 @@ class EndpointPool:
             "messages": [{"role": "user", "content": content}],
             "max_tokens": max_new_tokens,
             "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 1,
         }
         del content, png
         attempts = self.policy.retries + 1
@@ -302,7 +324,9 @@ class EndpointPool:
                 raise Stopped
         raise RuntimeError(f"no answer after {attempts} attempts; the last: {last}")
 
-    def _attempt(self, endpoint: Endpoint, body: dict) -> Answer:
+    def _attempt(self, endpoint: Endpoint, body: dict) -> Generation:
+        """The page as the endpoint answered it: its text, tokens and seconds, the token log-probabilities
+        (None when not sent) and how it ended, in a :class:`Generation` as a local run gives them."""
         if endpoint.vllm is None:
             self._models(endpoint)
         extra = {"vllm_xargs": LOOP_GUARD_XARGS} if endpoint.vllm else {}
@@ -321,13 +345,15 @@ class EndpointPool:
             raise _Final(f"{url}: HTTP {status}: {_error_message(response)}")
         try:
             reply = response.json()
-            text = reply["choices"][0]["message"]["content"] or ""
+            choice = reply["choices"][0]
+            text = choice["message"]["content"] or ""
             tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise _Retryable(f"{url}: the answer is not a chat completion") from None
         if not isinstance(text, str):
             raise _Retryable(f"{url}: the answer's content is not text")
-        return Answer(text, tokens, seconds)
+        logprobs, ended = _answer_ending(choice)
+        return Generation(text, tokens, 0, seconds, None, logprobs=logprobs, finish_reason=ended)
 
 
 def _base_url(url: str) -> str:
@@ -525,13 +551,7 @@ class EndpointConverter:
             answer = self.pool.complete(png, self.prompt, self.max_new_tokens)
         except RuntimeError as error:
             return PageResult(label, number, seconds=render_seconds, error=str(error))
-        return PageResult(
-            label,
-            number,
-            markdown=answer.markdown,
-            tokens=answer.tokens,
-            seconds=render_seconds + answer.seconds,
-        )
+        return PageResult.converted(label, number, answer, render_seconds)
 
 
 def _render_png(document: Document, number: int) -> bytes | None:

@@ -12,12 +12,17 @@ Endpoints:
   the one ``/v1/models`` lists is a 404; a request may leave it out. With several pages each page
   starts with ``<!-- page N -->``, numbered 1 to n through the request (as ``jina-ocr convert``
   marks the pages of a document); a one-page answer is the page's text alone, as the model's own
-  API answers, which ``jina-ocr convert --endpoint`` (one page per request) relies on.
+  API answers, which ``jina-ocr convert --endpoint`` (one page per request) relies on. With
+  ``"logprobs": true`` the choice (each page's chunk, when streamed) carries ``logprobs.content``:
+  every generated token (end token included) with its log-probability under the model's raw logits,
+  as OpenAI's format has it, with empty ``top_logprobs``. ``finish_reason`` is ``length`` when a page
+  ran to its token limit (a loop included), else ``stop``.
 - ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
   fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
-  ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "fastmtp", "error"}]}`` as
-  ``jina-ocr convert --format json`` does, a page that fails carrying its ``error`` (a page over the
-  pixel limit is refused with 413 before any work, as on chat).
+  ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "finish_reason", "confidence",
+  "mean_logprob", "min_logprob", "fastmtp", "error"}]}`` as ``jina-ocr convert --format json`` does
+  (docs/output.md), a page that fails carrying its ``error`` (a page over the pixel limit is refused
+  with 413 before any work, as on chat).
 - ``GET /{url}`` (with ``--allow-urls``), e.g. ``GET /https://example.org/report.pdf``: the document
   at that URL, fetched within limits (see :mod:`jina_ocr.services.fetch`). An optional ``X-Page`` header
   selects pages (``3``, ``2-5``, ``1,4``). The answer is the Markdown of ``jina-ocr convert``
@@ -77,6 +82,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 from jina_ocr.runtime.batching import Cancelled, Generation, Page
+from jina_ocr.runtime.confidence import STOP
 from jina_ocr.runtime.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
 from jina_ocr.runtime.results import PageResult, blank_generation
 from jina_ocr.services.conversion import PAGE_MARKER, Converter, document_markdown, document_record
@@ -440,9 +446,10 @@ class OCRService:
         except DocumentError as error:
             raise RequestError(400, str(error)) from None
 
-    async def fetch(self, url: str, budget: int) -> bytes:
+    async def fetch(self, url: str, budget: int, request: Request) -> bytes:
         """The document at ``url``, at most ``budget`` bytes, fetched in a worker thread so that the
-        event loop keeps serving; a failure is a :class:`RequestError` with its status."""
+        event loop keeps serving; a failure is a :class:`RequestError` with its status. The fetch stops
+        when the client hangs up (and when this request is cancelled), not at its deadline."""
         if budget < 1:
             raise RequestError(
                 413,
@@ -745,6 +752,9 @@ def create_app(
             body.get("max_completion_tokens", body.get("max_tokens")),
             "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens",
         )
+        if not isinstance(body.get("logprobs", False), bool):
+            raise RequestError(400, f"logprobs must be true or false, not {body['logprobs']!r}")
+        tokenizer = service.converter.processor.tokenizer if body.get("logprobs") else None
         service.check_page_count(len(images))  # each image is a page at least: refuse before fetching
         documents: list[Document] = []
         try:
@@ -774,11 +784,20 @@ def create_app(
         if body.get("stream"):
             include_usage = bool((stream_options or {}).get("include_usage"))
             stream = _chat_stream(
-                service, request, pages, documents, prompt, limit, completion_id, created, include_usage
+                service,
+                request,
+                pages,
+                documents,
+                prompt,
+                limit,
+                completion_id,
+                created,
+                include_usage,
+                tokenizer,
             )
             return StreamingResponse(stream, media_type="text/event-stream")
         try:
-            texts, prompt_tokens, tokens, truncated = [], 0, 0, False
+            texts, prompt_tokens, tokens, truncated, logprobs = [], 0, 0, False, []
             async with aclosing(service.run_pages(request, pages, prompt, limit)) as outcomes:
                 async for _, outcome in outcomes:
                     if isinstance(outcome, DocumentError):
@@ -788,7 +807,8 @@ def create_app(
                     texts.append(_chat_page_text(outcome.markdown, len(texts) + 1, len(pages)))
                     prompt_tokens += outcome.prompt_tokens
                     tokens += outcome.tokens
-                    truncated |= outcome.tokens >= limit
+                    truncated |= outcome.finish_reason != STOP
+                    logprobs += _token_logprobs(tokenizer, outcome)
         finally:
             _close(documents)
         return {
@@ -800,6 +820,7 @@ def create_app(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": "\n\n".join(texts)},
+                    "logprobs": {"content": logprobs} if tokenizer is not None else None,
                     "finish_reason": "length" if truncated else "stop",
                 }
             ],
@@ -881,6 +902,18 @@ def _chat_page_text(markdown: str, position: int, page_count: int) -> str:
     return f"{PAGE_MARKER.format(page=position)}\n\n{markdown}"
 
 
+def _token_logprobs(tokenizer, generation: Generation) -> list[dict]:
+    """A page's tokens in OpenAI's ``logprobs.content`` form (nothing when ``tokenizer`` is None, i.e. the
+    request did not ask for them)."""
+    if tokenizer is None:
+        return []
+    entries = []
+    for token_id, logprob in zip(generation.token_ids, generation.logprobs, strict=True):
+        text = tokenizer.decode([token_id])
+        entries.append({"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []})
+    return entries
+
+
 def _close(documents: list[Document]) -> None:
     for document in documents:
         document.close()
@@ -901,19 +934,23 @@ async def _chat_stream(
     completion_id: str,
     created: int,
     include_usage: bool,
+    tokenizer=None,
 ) -> AsyncIterator[bytes]:
     """Server-sent events in OpenAI's chunk format: a role chunk, one content chunk per page, a finish
     chunk, optionally a usage chunk, then ``[DONE]``. A failure after the headers went out is sent as
     an ``error`` event, which OpenAI clients raise. A client that hangs up ends the stream and
-    cancels its pages."""
+    cancels its pages. With ``tokenizer`` each page's chunk carries its tokens' ``logprobs``."""
 
-    def chunk(delta: dict, finish_reason: str | None = None) -> dict:
+    def chunk(delta: dict, finish_reason: str | None = None, logprobs: list | None = None) -> dict:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        if logprobs is not None:
+            choice["logprobs"] = {"content": logprobs}
         return {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": service.model_id,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            "choices": [choice],
         }
 
     prompt_tokens = tokens = 0
@@ -929,10 +966,11 @@ async def _chat_stream(
                     return
                 position += 1
                 text = _chat_page_text(outcome.markdown, position, len(pages))
-                yield _sse(chunk({"content": text if position == 1 else "\n\n" + text}))
+                logprobs = _token_logprobs(tokenizer, outcome) if tokenizer is not None else None
+                yield _sse(chunk({"content": text if position == 1 else "\n\n" + text}, logprobs=logprobs))
                 prompt_tokens += outcome.prompt_tokens
                 tokens += outcome.tokens
-                truncated |= outcome.tokens >= limit
+                truncated |= outcome.finish_reason != STOP
         yield _sse(chunk({}, "length" if truncated else "stop"))
         if include_usage:
             usage = {
