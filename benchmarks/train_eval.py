@@ -30,6 +30,14 @@
    JPEG, rotation, 96 / 200 / 300 dpi, a bilevel scan), each page from its own seed: character error
    rate of ours and Tesseract's on the same images (words alone), per group.
 
+9. Page confidence (``confidence`` of :mod:`jina_ocr.runtime.confidence`, the JSON's) on a mixed set:
+   the first ``--confidence-pages`` clean target-format pages, as many through the degradation groups
+   (in turn), A4 pages of one 11 pt Times paragraph, the Tesseract fixtures, the first page of each
+   olmOCR fixture (its text layer as reference) and synth pages. A page read at words CER under 0.05 is
+   good, over 0.30 bad: the area under the ROC curve of confidence (and of the mean and the lowest token
+   log-probability) ranking good above bad, and for each threshold the share of bad and of good pages
+   it flags.
+
 Everything is written under OUT (pages, outputs, ``summary.json``) and a table is printed.
 """
 
@@ -53,8 +61,11 @@ from jina_ocr.bench.peers import tesseract_text, unavailable
 from jina_ocr.cli import main as cli
 from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
+from jina_ocr.runtime.batching import BatchDriver, Page
+from jina_ocr.runtime.confidence import summarize
 from jina_ocr.runtime.pdf import DEFAULT_DPI
 from jina_ocr.synth import write_pages
+from jina_ocr.synth.page import render
 from jina_ocr.train.degrade import EVALUATION_GROUPS
 from jina_ocr.train.drills import STAGES, printed_page
 from jina_ocr.train.evaluate import character_error_rate
@@ -270,6 +281,109 @@ def degradations(args, model, processor) -> dict:
     return result
 
 
+GOOD_CER, BAD_CER = 0.05, 0.30
+THRESHOLDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+
+
+def a4_paragraph(seed: int) -> tuple[Image.Image, str]:
+    """An A4 page of one 11 pt Times paragraph of held-out words (a format the model never saw)."""
+    import random
+
+    import pymupdf
+
+    from jina_ocr.train.held_out_words import HELD_OUT_WORDS
+
+    rng = random.Random(f"a4-paragraph/{seed}")
+    text = " ".join(rng.choice(HELD_OUT_WORDS) for _ in range(rng.randint(60, 140)))
+    with pymupdf.open() as doc:
+        page = doc.new_page(width=595, height=842)
+        page.insert_textbox(pymupdf.Rect(72, 72, 523, 770), text, fontname="tiro", fontsize=11)
+        pdf = doc.tobytes()
+    return render(pdf, DEFAULT_DPI), text
+
+
+def fixture_pages() -> list[tuple[Image.Image, str]]:
+    """The Tesseract fixtures with their text and the first page of each olmOCR fixture PDF with its
+    text layer as the reference."""
+    import pymupdf
+
+    pages = [
+        (
+            Image.open(FIXTURES / "tesseract" / name).convert("RGB"),
+            (FIXTURES / "tesseract" / "phototest.txt").read_text(),
+        )
+        for name in ("phototest.tif", "phototest-rotated-L.png")
+    ]
+    for pdf in sorted((FIXTURES / "olmocr").glob("*.pdf")):
+        with pymupdf.open(pdf) as doc:
+            reference = doc[0].get_text()
+        if reference.strip():
+            pages.append((render(pdf.read_bytes(), DEFAULT_DPI), reference))
+    return pages
+
+
+def roc_auc(good: list[float], bad: list[float]) -> float:
+    """The chance that a good page's score is above a bad page's (ties count half)."""
+    pairs = [(g > b) + 0.5 * (g == b) for g in good for b in bad]
+    return sum(pairs) / len(pairs) if pairs else float("nan")
+
+
+def confidences(args, model, processor) -> dict:
+    """Section 9: does the page confidence tell pages read well from pages read badly?"""
+    recipe, last = PageRecipe(), len(STAGES) - 1
+    n = args.confidence_pages
+    sets: list[tuple[str, Image.Image, str]] = [
+        ("clean", p.image, p.markdown) for p in recipe.held_out_pages(last, args.seed, n)
+    ]
+    for i in range(n):
+        group = EVALUATION_GROUPS[i % len(EVALUATION_GROUPS)]
+        page = recipe.held_out_pages(last, args.seed + 1000 + i, 1, degradation=group)[0]
+        sets.append((f"degraded {group}", page.image, page.markdown))
+    sets += [("A4 paragraph", *a4_paragraph(i)) for i in range(max(1, n // 4))]
+    sets += [("fixture", image, text) for image, text in fixture_pages()]
+    synth = write_pages(
+        args.out / "confidence_synth", max(1, n // 4), seed=args.seed, page_size="a5", dpi=DEFAULT_DPI
+    )
+    sets += [("synth", Image.open(p).convert("RGB"), p.with_suffix(".md").read_text()) for p in synth]
+    driver = BatchDriver(model, processor, max_new_tokens=args.max_new_tokens)
+    rows = []
+    for (kind, _, reference), outcome in zip(
+        sets, driver.run([Page(image) for _, image, _ in sets], 8), strict=True
+    ):
+        if isinstance(outcome, Exception):
+            raise outcome
+        summary = summarize(outcome.logprobs, outcome.finish_reason)
+        cer = character_error_rate([words_only(outcome.markdown)], [words_only(reference)])
+        rows.append(
+            {"kind": kind, "cer": round(cer, 4), "finish_reason": outcome.finish_reason, **vars(summary)}
+        )
+    good = [r for r in rows if r["cer"] < GOOD_CER]
+    bad = [r for r in rows if r["cer"] > BAD_CER]
+    result = {"pages": len(rows), "good": len(good), "bad": len(bad), "rows": rows}
+    for score in ("confidence", "mean_logprob", "min_logprob"):
+        result[f"auc_{score}"] = round(roc_auc([r[score] for r in good], [r[score] for r in bad]), 4)
+    result["thresholds"] = {
+        str(t): {
+            "bad_flagged": round(sum(r["confidence"] < t for r in bad) / max(1, len(bad)), 3),
+            "good_flagged": round(sum(r["confidence"] < t for r in good) / max(1, len(good)), 3),
+        }
+        for t in THRESHOLDS
+    }
+    return result
+
+
+def print_confidences(result: dict) -> None:
+    print(
+        f"\nPage confidence on {result['pages']} mixed pages ({result['good']} read at CER < {GOOD_CER}, "
+        f"{result['bad']} at CER > {BAD_CER}): ROC AUC of confidence {result['auc_confidence']}, "
+        f"mean log-prob {result['auc_mean_logprob']}, lowest log-prob {result['auc_min_logprob']}"
+    )
+    print(f"{'threshold':<11}{'bad flagged':>13}{'good flagged':>14}")
+    for threshold, row in result["thresholds"].items():
+        print(f"{threshold:<11}{row['bad_flagged']:>13.3f}{row['good_flagged']:>14.3f}")
+
+
 def stages(args, model, processor) -> dict:
     """Section 2: held-out pages of each curriculum stage."""
     recipe, result = PageRecipe(), {}
@@ -369,6 +483,8 @@ def print_table(summary: dict) -> None:
     )
     if summary.get("degradations"):
         print_degradations(summary["degradations"])
+    if summary.get("confidence"):
+        print_confidences(summary["confidence"])
     if "fastmtp" in target:
         for batch, row in target["fastmtp"].items():
             print(
@@ -409,7 +525,10 @@ def main() -> None:
         "--degraded-pages", type=int, default=100, help="target-format pages through each degradation (100)"
     )
     parser.add_argument(
-        "--degraded-only", action="store_true", help="run section 8 alone (degraded pages, with Tesseract)"
+        "--confidence-pages", type=int, default=48, help="clean and degraded pages of section 9 (48 each)"
+    )
+    parser.add_argument(
+        "--only", choices=("degraded", "confidence"), help="run section 8 (degraded) or 9 (confidence) alone"
     )
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
@@ -417,10 +536,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     model, processor = load_model_files(args.model)
-    if args.degraded_only:
-        summary = {"degradations": degradations(args, model, processor)}
+    if args.only is not None:
+        section = degradations if args.only == "degraded" else confidences
+        summary = {args.only: section(args, model, processor)}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        print_degradations(summary["degradations"])
+        (print_degradations if args.only == "degraded" else print_confidences)(summary[args.only])
         return
     summary = {"target_format": target_format(args.out, args, model, processor)}
     summary["stages"] = stages(args, model, processor)
@@ -430,6 +550,7 @@ def main() -> None:
     summary["printed_page"] = convert_printed_page(args.out, args.model)
     summary["resolutions"] = resolutions(args, model, processor)
     summary["degradations"] = degradations(args, model, processor)
+    summary["confidence"] = confidences(args, model, processor)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print_table(summary)
 
