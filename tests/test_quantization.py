@@ -210,3 +210,18 @@ def test_cli_refuses_an_unknown_quantization_in_one_line(command, capsys):
     assert last == (
         f"jina-ocr {command[0]}: error: argument --quantize: invalid choice: 'int3' (choose from 'int8', 'int4')"
     )
+
+
+def test_the_python_conversion_takes_quantize_to_the_loader(monkeypatch):
+    asked = []
+
+    def loader(folder, device, dtype, quantization=None):
+        asked.append((dtype, quantization))
+        raise UserError("stopped after the loader was reached")
+
+    monkeypatch.setattr(loading, "_load", loader)
+    with pytest.raises(UserError, match="stopped after the loader was reached"):
+        list(jina_ocr.convert(SAMPLE, device="cpu", quantize="int4"))
+    assert asked == [(torch.bfloat16, Quantization("int4"))]
+    with pytest.raises(UserError, match="quantize: set on the server, not with endpoint="):
+        list(jina_ocr.convert(SAMPLE, endpoint="http://127.0.0.1:9/v1", quantize="int8"))

@@ -38,7 +38,6 @@ from jina_ocr.commands._options import (
 )
 from jina_ocr.commands._output import write_atomic
 from jina_ocr.errors import UserError
-from jina_ocr.loading import load
 from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.documents import (
     DEFAULT_MAX_PIXELS,
@@ -329,14 +328,12 @@ def _run_jobs(jobs: list[Job], args: argparse.Namespace) -> int:
             _report(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} documents already converted")
         jobs = todo
     try:
-        converter = converter or Converter(
-            *load(
-                args.model,
-                revision=args.revision,
-                device=args.device,
-                dtype=args.dtype,
-                quantize=args.quantize,
-            ),
+        converter = converter or Converter.from_pretrained(
+            args.model,
+            revision=args.revision,
+            device=args.device,
+            dtype=args.dtype,
+            quantize=args.quantize,
             batch_size=args.batch_size,
             max_new_tokens=args.max_new_tokens,
             use_mtp=False if args.no_mtp else None,

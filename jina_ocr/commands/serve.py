@@ -14,7 +14,7 @@ from jina_ocr.commands._options import (
     fetch_policy,
 )
 from jina_ocr.errors import UserError
-from jina_ocr.loading import load, resolve_model
+from jina_ocr.loading import resolve_model
 from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 from jina_ocr.services.conversion import DEFAULT_MAX_NEW_TOKENS, Converter
 
@@ -130,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
     )
     fetching = fetch_policy(args, limits.max_request_bytes) if args.allow_urls else None
     folder = resolve_model(args.model, args.revision)
-    converter = Converter(
-        *load(folder, device=args.device, dtype=args.dtype, quantize=args.quantize),
+    converter = Converter.from_pretrained(
+        folder,
+        device=args.device,
+        dtype=args.dtype,
+        quantize=args.quantize,
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
         use_mtp=False if args.no_mtp else None,

@@ -150,11 +150,20 @@ class Converter:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | os.PathLike | None = None, *, revision=None, device=None, dtype=None, **options
+        cls,
+        model: str | os.PathLike | None = None,
+        *,
+        revision=None,
+        device=None,
+        dtype=None,
+        quantize=None,
+        **options,
     ) -> Converter:
         """Load ``model`` (a folder or a Hub id at ``revision``, see :func:`jina_ocr.loading.load`) onto
-        ``device`` in ``dtype``."""
-        loaded_model, processor = load(model, revision=revision, device=device, dtype=dtype)
+        ``device`` in ``dtype``, its decoder in ``quantize`` ("int8", "int4") if given."""
+        loaded_model, processor = load(
+            model, revision=revision, device=device, dtype=dtype, quantize=quantize
+        )
         return cls(loaded_model, processor, **options)
 
     def with_options(self, **options) -> Converter:
@@ -254,6 +263,7 @@ def convert(
     name: str | None = None,
     device=None,
     dtype=None,
+    quantize: str | None = None,
     batch_size: int | None = None,
     max_new_tokens: int | None = None,
     use_mtp: bool | None = None,
@@ -273,7 +283,8 @@ def convert(
 
     ``pages`` selects pages (``"1-3,7,10-"``, a list of numbers, or None for all). ``model`` is a model
     folder, a :class:`Converter` to reuse, or None for the default (see :func:`resolve_model`); a folder
-    is loaded once and cached for the next call with the same folder, device and dtype. Whole-document
+    is loaded once and cached for the next call with the same folder, device, dtype and ``quantize``
+    ("int8" or "int4": the decoder's weights, see :mod:`jina_ocr.quantization`). Whole-document
     problems raise :class:`~jina_ocr.runtime.documents.DocumentError` here; page problems come back as results
     with ``error`` set. Options left as None use the converter's values.
 
@@ -300,6 +311,7 @@ def convert(
             revision=revision,
             device=device,
             dtype=dtype,
+            quantize=quantize,
             batch_size=batch_size,
             use_mtp=use_mtp,
             mode=mode,
@@ -330,7 +342,9 @@ def convert(
     )
     try:
         if endpoint is None:
-            converter = Converter.from_pretrained(model, revision=revision, device=device, dtype=dtype)
+            converter = Converter.from_pretrained(
+                model, revision=revision, device=device, dtype=dtype, quantize=quantize
+            )
             converter = converter.with_options(**options)
             return converter.convert(document, numbers)
         given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
