@@ -23,6 +23,7 @@ draws trusted pages, those of training and of the benchmarks, in the calling pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -100,12 +101,12 @@ def _serve(connection: Connection) -> None:
     import pymupdf
 
     documents: OrderedDict[str, pymupdf.Document] = OrderedDict()
+    connection.send(("ready",))  # a page's clock starts once this is read, not while PyMuPDF imported
     while True:
         try:
             job, memory = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(("drawing",))  # the caller's clock starts here, not while PyMuPDF imported
         try:
             resource.setrlimit(resource.RLIMIT_AS, (_address_space() + memory, resource.RLIM_INFINITY))
             if job.token not in documents:
@@ -150,6 +151,16 @@ class _Worker:
         )
         child.close()
         self.documents: set[str] = set()
+        self.ready = False
+        self._starting = threading.Lock()
+
+    def wait_ready(self) -> None:
+        """Wait until the worker has imported PyMuPDF and can draw (at most ``STARTUP_SECONDS``); from
+        any thread, the one message it sends when ready read once."""
+        with self._starting:
+            if not self.ready:
+                self._answer(STARTUP_SECONDS, "cannot be drawn: the renderer did not start")
+                self.ready = True
 
     @property
     def alive(self) -> bool:
@@ -158,11 +169,11 @@ class _Worker:
     def draw(self, job: RenderJob, seconds: float, memory: int) -> tuple[tuple[int, int], bytes]:
         """The page's size and pixels; a :class:`DrawingError` when it fails, times out or kills the worker
         (killed then, so that it is never reused)."""
+        self.wait_ready()
         if job.token in self.documents:
             job = replace(job, source=None)
         self.connection.send((job, memory))
         self.documents.add(job.token)
-        self._answer(STARTUP_SECONDS, "cannot be drawn: the renderer did not start")
         answer = self._answer(
             seconds, f"takes longer than {seconds:g} s to draw (a page built to exhaust the renderer?)"
         )
@@ -201,11 +212,19 @@ class RenderPool:
         self._busy: set[_Worker] = set()
         self._lock = threading.Lock()
 
-    def warm(self) -> None:
-        """Start a worker now if none is idle, so that it has imported PyMuPDF when the first page comes."""
+    def warm(self, count: int = 1, wait: bool = False) -> None:
+        """Start workers now until ``count`` are idle, so that they have imported PyMuPDF when pages come;
+        with ``wait``, return once they can draw. A caller that draws from several threads warms one per
+        thread and waits: a thread that starts its own worker draws its pages seconds late, out of order
+        with the others'."""
         with self._lock:
-            if not self._idle:
+            while len(self._idle) < count:
                 self._idle.append(_Worker())
+            idle = list(self._idle)
+        if wait:
+            for worker in idle:
+                with contextlib.suppress(DrawingError):  # a worker that did not start is replaced later
+                    worker.wait_ready()
 
     def draw(
         self, job: RenderJob, seconds: float = RENDER_SECONDS, memory: int = RENDER_MEMORY

@@ -44,6 +44,7 @@ from PIL import Image
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.generation import settings
+from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.batching import Generation
 from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.confidence import LENGTH, STOP, finish_reason
@@ -418,7 +419,9 @@ class EndpointConverter:
         self._window = 4 * concurrency
         # Page bitmaps are made by a few threads only: each thread's malloc arena keeps its largest
         # buffers, so bitmaps made in every request worker would cost a bitmap per worker for good.
-        self._renderer = ThreadPoolExecutor(min(concurrency, os.cpu_count() or 1), "jina-ocr-render")
+        renderers = min(concurrency, os.cpu_count() or 1)
+        self._renderer = ThreadPoolExecutor(renderers, "jina-ocr-render")
+        render_worker.POOL.warm(renderers, wait=True)  # one drawing process per thread, ready
         self._plan: deque[_Planned] = deque()
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = [
