@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import pytest
 from PIL import Image
 from test_documents import pdf_with_pages
 
+from jina_ocr.cli import main
 from jina_ocr.commands import _output
 from jina_ocr.runtime.documents import open_document
 from jina_ocr.services.conversion import render_batches
@@ -219,3 +221,29 @@ def test_a_file_given_several_times_is_converted_once(run, tmp_path, monkeypatch
         f"jina-ocr convert: doc.pdf: the same file as {source}, converted once",
         f"jina-ocr convert: {link}: the same file as {source}, converted once",
     ]
+
+
+def test_pages_of_several_small_documents_share_batches(tmp_path, tiny_mtp_export, monkeypatch):
+    """Three one-page documents with --batch-size 4 are one generate call, not three, and each output
+    holds its own page."""
+    from jina_ocr.runtime.batching import BatchDriver
+
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for index in range(3):
+        pdf(folder / f"d{index}.pdf")
+    sizes = []
+    run_batch = BatchDriver.run_batch
+
+    def counted(self, pages, prompt=None):
+        sizes.append(len(pages))
+        return run_batch(self, pages, prompt)
+
+    monkeypatch.setattr(BatchDriver, "run_batch", counted)
+    out = tmp_path / "out"
+    args = [str(folder), "-o", str(out), "--model", str(tiny_mtp_export), "--batch-size", "4"]
+    assert main(["convert", *args, "--max-new-tokens", "2", "--format", "json"]) == 0
+    assert sizes == [3]
+    for index in range(3):
+        record = json.loads((out / f"d{index}.json").read_text())
+        assert record["source"].endswith(f"d{index}.pdf") and [p["page"] for p in record["pages"]] == [1]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -394,13 +395,21 @@ def _convert_all(converter: Converter, jobs: list[Job], args) -> bool:
     with tqdm(total=sum(len(job.numbers) for job in jobs), unit="page", file=sys.stderr) as bar:
         meter = _TokenMeter(bar)
         live = isinstance(converter, Converter)
-        if live:
+        if live:  # the pages of several small documents share batches
             converter = converter.with_options(progress=meter.add)
+            shared = (
+                result for _, result in converter.convert_documents([(j.document, j.numbers) for j in jobs])
+            )
         for job in jobs:
             if to_stdout and args.format == "md" and len(jobs) > 1:
                 _show(html_comment(f"document: {job.label}") + "\n\n")
             results = []
-            for result in converter.convert(job.document, job.numbers):
+            pages = (
+                itertools.islice(shared, len(job.numbers))
+                if live
+                else converter.convert(job.document, job.numbers)
+            )
+            for result in pages:
                 results.append(result)
                 if not result.ok:
                     failed = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,23 +84,26 @@ def document_markdown(results: Sequence[PageResult], min_confidence: float | Non
 
 @dataclass
 class RenderedPage:
-    """A page on its way to the model: its image, or the error that kept it from rendering."""
+    """A page on its way to the model: its document's name, its number, its image or the error that
+    kept it from rendering, and (in a conversion of several documents) which document it is of."""
 
+    source: str
     number: int
     image: Image.Image | None
     seconds: float
     error: DocumentError | None = None
+    item: int = 0
     inked: bool = field(init=False)
     """Whether the model has something to read here: the page rendered and is not blank."""
 
     def __post_init__(self):
         self.inked = self.error is None and not is_blank(self.image)
 
-    def unread_result(self, source: str) -> PageResult:
+    def unread_result(self) -> PageResult:
         """The result of a page the model does not see: its render error, or a blank page's."""
         if self.error is not None:
-            return PageResult(source, self.number, seconds=self.seconds, error=self.error.reason)
-        return PageResult.converted(source, self.number, blank_generation(), self.seconds)
+            return PageResult(self.source, self.number, seconds=self.seconds, error=self.error.reason)
+        return PageResult.converted(self.source, self.number, blank_generation(), self.seconds)
 
 
 def render_batches(
@@ -112,15 +115,27 @@ def render_batches(
     page order. The grouping is the batch driver's (``batches``): a batch's pages are released before
     the next page is rendered, so at most ``batch_size`` rendered pages are alive at a time.
     """
+    return render_documents([(document, numbers)], batch_size)
 
-    def render(number: int) -> RenderedPage:
+
+def render_documents(
+    work: Iterable[tuple[Document, Sequence[int]]], batch_size: int
+) -> Iterator[list[RenderedPage]]:
+    """:func:`render_batches` over several documents in turn: the pages of consecutive documents share
+    batches, so that a folder of one-page scans fills every batch as one long document would."""
+
+    def render(item: int, document: Document, number: int) -> RenderedPage:
         start = time.perf_counter()
         try:
-            return RenderedPage(number, document.render(number), time.perf_counter() - start)
+            image = document.render(number)
         except DocumentError as error:
-            return RenderedPage(number, None, time.perf_counter() - start, error)
+            return RenderedPage(document.source, number, None, time.perf_counter() - start, error, item)
+        return RenderedPage(document.source, number, image, time.perf_counter() - start, item=item)
 
-    return batches(map(render, numbers), batch_size)
+    pages = (
+        render(item, document, number) for item, (document, numbers) in enumerate(work) for number in numbers
+    )
+    return batches(pages, batch_size)
 
 
 @dataclass
@@ -230,25 +245,43 @@ class Converter:
         """Render ``numbers`` of an open document one by one and convert them in batches, in page order
         (see :func:`render_batches`: at most ``batch_size`` rendered pages exist at a time)."""
         for batch in render_batches(document, numbers, self.batch_size):
-            yield from self._convert_rendered(document.source, batch)
+            yield from self._convert_rendered(batch)
 
-    def _convert_rendered(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
+    def convert_documents(
+        self, work: Sequence[tuple[Document, Sequence[int]]]
+    ) -> Iterator[tuple[int, PageResult]]:
+        """``(index into work, result)`` for each selected page of each open document, in order, the
+        pages of consecutive documents sharing batches (:func:`render_documents`). Each document is
+        closed once its last result is out (all of them if the results stop early)."""
+        left = [len(numbers) for _, numbers in work]
+        try:
+            for batch in render_documents(work, self.batch_size):
+                for page, result in zip(batch, self._convert_rendered(batch), strict=True):
+                    left[page.item] -= 1
+                    if not left[page.item]:
+                        work[page.item][0].close()
+                    yield page.item, result
+        finally:
+            for document, _ in work:
+                document.close()
+
+    def _convert_rendered(self, batch: list[RenderedPage]) -> list[PageResult]:
         """Results of one batch in page order; pages that failed to render keep their error, and blank
         pages convert to empty Markdown without the model (:func:`blank_generation`)."""
-        converted = iter(self._convert_batch(source, [page for page in batch if page.inked]))
-        return [next(converted) if page.inked else page.unread_result(source) for page in batch]
+        converted = iter(self._convert_batch([page for page in batch if page.inked]))
+        return [next(converted) if page.inked else page.unread_result() for page in batch]
 
-    def _convert_batch(self, source: str, batch: list[RenderedPage]) -> list[PageResult]:
+    def _convert_batch(self, batch: list[RenderedPage]) -> list[PageResult]:
         """Generate a batch (a failed batch is retried page by page by the driver's ``run_batch``)."""
         if not batch:
             return []
         outcomes = self.driver().run_batch([Page(page.image) for page in batch])
         return [
             PageResult(
-                source, page.number, seconds=page.seconds, error=f"{type(outcome).__name__}: {outcome}"
+                page.source, page.number, seconds=page.seconds, error=f"{type(outcome).__name__}: {outcome}"
             )
             if isinstance(outcome, Exception)
-            else PageResult.converted(source, page.number, outcome, page.seconds)
+            else PageResult.converted(page.source, page.number, outcome, page.seconds)
             for page, outcome in zip(batch, outcomes, strict=True)
         ]
 
