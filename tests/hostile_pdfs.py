@@ -1,11 +1,12 @@
-"""PDFs built to exhaust a renderer: small files whose pages take MuPDF hours and gigabytes to draw."""
+"""PDFs written byte by byte: files built to exhaust a renderer (small files whose pages take MuPDF hours
+and gigabytes to draw), and page trees that PyMuPDF's writer would refuse to produce."""
 
 from __future__ import annotations
 
 
-def _pdf(objects: list[bytes]) -> bytes:
+def pdf_of(objects: list[bytes], version: bytes = b"1.7") -> bytes:
     """A PDF whose objects 1..n are ``objects`` (object 1 the catalog), with a correct xref table."""
-    out = bytearray(b"%PDF-1.7\n")
+    out = bytearray(b"%PDF-" + version + b"\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))
@@ -39,14 +40,14 @@ def nested_forms(levels: int = 30) -> bytes:
             objects.append(_stream(box + resources, b"q 0.999 0 0 0.999 0.1 0.1 cm /F Do Q q /F Do Q"))
         else:
             objects.append(_stream(box, b"0 0 m 595 842 l 0 842 m 595 0 l S"))
-    return _pdf(objects)
+    return pdf_of(objects)
 
 
 def many_paths(operations: int = 3_000_000) -> bytes:
     """A one-page PDF of ``operations`` path operations (an 18 MB page at 3 million)."""
     line = b"10 10 m 580 830 l S\n"
     content = line * (operations // 3)
-    return _pdf(
+    return pdf_of(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pymupdf
 import pytest
+from hostile_pdfs import pdf_of
 from PIL import Image
 
 from jina_ocr.errors import UserError
@@ -61,16 +62,7 @@ def handwritten_pdf(pages_dict: bytes, page_dicts: list[bytes]) -> bytes:
         b"<< /Type /Pages /Kids [" + kids + b"] /Count %d " % len(page_dicts) + pages_dict + b" >>",
         *(b"<< /Type /Page /Parent 2 0 R " + d + b" >>" for d in page_dicts),
     ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_of(objects, version=b"1.4")
 
 
 def damaged_pdf(kind: str) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import io
 import logging
 import re
@@ -63,6 +64,19 @@ def locked(converter):
     """A server with the API key :data:`KEY`."""
     with running(create_app(converter, "jina-ocr-tiny", LIMITS, api_key=KEY)) as base:
         yield base
+
+
+def wait_for_health(base: str, while_what: str, seconds: float = 10) -> None:
+    """Poll ``/health`` until it answers 200; fail naming ``while_what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"/health did not answer {while_what}"
+        time.sleep(0.2)
 
 
 def data_url(data: bytes, kind: str) -> str:
@@ -207,15 +221,21 @@ class Records(logging.Handler):
         self.records.append(record)
 
 
-def test_half_sent_requests_neither_block_health_nor_flood_the_log(converter):
-    """uvicorn's own loggers do not propagate to the root, so the test listens on its error log."""
-    connections = Connections(max_connections=20, header_seconds=1.0, keep_alive_seconds=1)
+@contextlib.contextmanager
+def logged_server(converter, connections: Connections):
+    """A server within ``connections``' limits: its address, port, the records of uvicorn's error log
+    while it runs (uvicorn's own loggers do not propagate to the root) and an exit stack for sockets."""
     app = create_app(converter, "jina-ocr-tiny", LIMITS)
-    log = Records()
+    log, logger = Records(), logging.getLogger("uvicorn.error")
     with running(app, connections) as base, ExitStack() as stack:
-        logging.getLogger("uvicorn.error").addHandler(log)
-        stack.callback(logging.getLogger("uvicorn.error").removeHandler, log)
-        port = int(base.rsplit(":", 1)[1])
+        logger.addHandler(log)
+        stack.callback(logger.removeHandler, log)
+        yield base, int(base.rsplit(":", 1)[1]), log, stack
+
+
+def test_half_sent_requests_neither_block_health_nor_flood_the_log(converter):
+    connections = Connections(max_connections=20, header_seconds=1.0, keep_alive_seconds=1)
+    with logged_server(converter, connections) as (base, port, log, stack):
         slow = []
         for _ in range(30):  # headers never finished: each holds a connection until its deadline
             sock = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
@@ -226,15 +246,7 @@ def test_half_sent_requests_neither_block_health_nor_flood_the_log(converter):
                 sock.sendall(
                     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"
                 )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "/health did not answer while half-sent requests were open"
-            time.sleep(0.2)
+        wait_for_health(base, "while half-sent requests were open")
         slow[0].settimeout(5)
         assert slow[0].recv(100) == b"", "a connection with half-sent headers was left open"
         time.sleep(0.5)  # the cut-short bodies have been seen to end
@@ -246,22 +258,9 @@ def test_a_flood_of_connections_is_turned_away_at_accept_and_health_still_answer
     20,000, so the 21,000 of the report cannot all be open in one process): beyond ``max_connections``
     each is answered 503 and closed as it is accepted, so the server's descriptors stay few."""
     connections = Connections(max_connections=20, header_seconds=1.0, keep_alive_seconds=1)
-    app = create_app(converter, "jina-ocr-tiny", LIMITS)
-    log = Records()
-    with running(app, connections) as base, ExitStack() as stack:
-        logging.getLogger("uvicorn.error").addHandler(log)
-        stack.callback(logging.getLogger("uvicorn.error").removeHandler, log)
-        port = int(base.rsplit(":", 1)[1])
+    with logged_server(converter, connections) as (base, port, log, stack):
         flood = [stack.enter_context(socket.create_connection(("127.0.0.1", port))) for _ in range(12_000)]
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "/health did not answer under a flood of connections"
-            time.sleep(0.2)
+        wait_for_health(base, "under a flood of connections")
         answers = []
         for sock in flood[-200:]:  # a few may have found a place freed by the header deadline
             sock.settimeout(5)
