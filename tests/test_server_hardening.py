@@ -12,6 +12,7 @@ import io
 import logging
 import re
 import socket
+import threading
 import time
 from contextlib import ExitStack
 
@@ -304,3 +305,32 @@ def test_a_client_that_hangs_up_stops_the_fetch_it_asked_for(converter):
         while trickling.client_left is None and time.monotonic() - hung_up < 10:
             time.sleep(0.05)
         assert trickling.client_left is not None and trickling.client_left - hung_up < 1.5
+
+
+def test_fetches_of_trickling_servers_leave_ordinary_requests_their_threads(converter):
+    """45 clients each name a URL whose server trickles its answer; the fetches wait in threads of their
+    own, so an ordinary upload is still answered at once."""
+    from test_fetch import TricklingServer
+
+    fetching = FetchPolicy(allow_private=True, timeout=10, deadline=20)
+    app = create_app(converter, "jina-ocr-tiny", LIMITS, fetching=fetching)
+    with TricklingServer(pause=0.05, seconds=20) as trickling, running(app) as base:
+        url = f"{base}/http://127.0.0.1:{trickling.port}/slow.pdf"
+
+        def client() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(url, timeout=25)
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(45)]
+        for thread in clients:
+            thread.start()
+        time.sleep(1.0)
+        began = time.monotonic()
+        reply = httpx.post(
+            f"{base}/v1/documents", files={"file": ("page.pdf", pdf_with_pages(1))}, timeout=30
+        )
+        assert reply.status_code == 200 and reply.json()["pages"][0]["error"] is None
+        assert time.monotonic() - began < 2.0, "an ordinary request waited for the fetches"
+        trickling.stop.set()
+        for thread in clients:
+            thread.join(timeout=30)

@@ -64,6 +64,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -409,9 +410,14 @@ _FETCH_STATUS = ((BodyTooLarge, 413), (FetchTimeout, 504), (UpstreamError, 502),
 the server behind it failed (502) or was too slow (504)."""
 
 
+FETCH_THREADS = 16
+"""Fetches that run at once; more wait their turn. They have threads of their own: in the threads that
+render every request's pages, 45 fetches of servers that trickle their answers stalled everyone."""
+
+
 class OCRService:
     """The request-independent state of a server: the converter, its queue, the limits, and the fetch
-    policy (None: URLs are refused)."""
+    policy (None: URLs are refused) with the threads its fetches run in."""
 
     def __init__(
         self,
@@ -425,6 +431,7 @@ class OCRService:
         self.model_id = model_id
         self.limits = limits
         self.fetching = fetching
+        self.fetchers = ThreadPoolExecutor(FETCH_THREADS, "jina-ocr-fetch") if fetching is not None else None
         self.queue = BatchQueue(converter, converter.batch_size, batch_wait_seconds, limits.max_queued_pages)
         self.created = int(time.time())
 
@@ -458,7 +465,7 @@ class OCRService:
             )
         policy = dataclasses.replace(self.fetching, max_bytes=budget)
         cancel = FetchCancel()
-        work = asyncio.ensure_future(run_in_threadpool(fetch, url, policy, cancel))
+        work = asyncio.get_running_loop().run_in_executor(self.fetchers, fetch, url, policy, cancel)
         try:
             while not work.done():
                 await asyncio.wait({work}, timeout=DISCONNECT_POLL_SECONDS)
@@ -686,6 +693,8 @@ def create_app(
             yield
         finally:
             service.queue.stop()
+            if service.fetchers is not None:
+                service.fetchers.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="jina-ocr", lifespan=lifespan)
     app.state.service = service
