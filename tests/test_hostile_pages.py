@@ -13,6 +13,7 @@ import resource
 import signal
 import threading
 import time
+from multiprocessing.connection import Pipe
 from pathlib import Path
 
 import httpx
@@ -81,6 +82,28 @@ def test_a_worker_that_cannot_allocate_the_page_fails_it_with_the_reason():
     assert "memory" in str(failed.value).lower() or "malloc" in str(failed.value).lower()
     with open_document(SAMPLE) as document:
         assert document.render(1).size == (840, 1191)
+
+
+def test_a_worker_on_a_system_without_proc_draws_without_a_memory_cap(monkeypatch):
+    """Where ``/proc`` is missing (macOS) a worker cannot count its size; it draws its pages with only
+    the time limit rather than failing every page."""
+
+    def no_proc(path, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(render_worker, "open", no_proc, raising=False)
+    monkeypatch.setattr(
+        render_worker.signal, "signal", lambda *args: None
+    )  # _serve runs here, not in a child
+    ours, theirs = Pipe()
+    worker = threading.Thread(target=render_worker._serve, args=(theirs,))
+    worker.start()
+    assert ours.recv() == ("ready",)
+    ours.send((render_worker.RenderJob("no-proc", str(SAMPLE), None, 1, 72), 4 * 2**20))
+    status, size, _ = ours.recv()
+    ours.close()  # the worker sees the pipe closed and returns
+    worker.join(10)
+    assert (status, size) == ("ok", (420, 596))  # A5 at 72 dpi
 
 
 def test_the_server_answers_health_while_a_hostile_upload_fails_with_its_reason(tiny_mtp_export, quick_limit):

@@ -8,9 +8,10 @@ caller only waits on a pipe (without the GIL, a twentieth of a second at a time,
 once):
 
 - a page that takes longer than ``seconds`` to draw has its worker killed and fails with that reason;
-- a worker's address space is capped for each page (``memory`` bytes more than it holds at rest), so
-  MuPDF's allocations fail there and the page fails with MuPDF's words; a worker that dies of it
-  fails its page the same way;
+- where the system tells a process its size (``/proc``: Linux), a worker's address space is capped
+  for each page (``memory`` bytes more than it holds at rest), so MuPDF's allocations fail there and
+  the page fails with MuPDF's words; a worker that dies of it fails its page the same way (elsewhere,
+  macOS for one, only the time limit applies);
 - workers are separate Python programs (``python -m jina_ocr.runtime.render_worker``, importing only
   PyMuPDF), never forks of a process that runs threads and a model; they are kept between pages, each
   keeps its last documents open, one is started as soon as a PDF is opened and a spare whenever one
@@ -108,7 +109,9 @@ def _serve(connection: Connection) -> None:
         except (EOFError, OSError):
             return
         try:
-            resource.setrlimit(resource.RLIMIT_AS, (_address_space() + memory, resource.RLIM_INFINITY))
+            at_rest = _address_space()
+            if at_rest is not None:
+                resource.setrlimit(resource.RLIMIT_AS, (at_rest + memory, resource.RLIM_INFINITY))
             if job.token not in documents:
                 if isinstance(job.source, bytes):
                     documents[job.token] = pymupdf.open(stream=job.source, filetype="pdf")
@@ -131,10 +134,14 @@ def _serve(connection: Connection) -> None:
         connection.send(answer)
 
 
-def _address_space() -> int:
-    """The worker's present virtual memory size in bytes (what its cap is counted from)."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+def _address_space() -> int | None:
+    """The worker's present virtual memory size in bytes (what its cap is counted from), or None where
+    the system does not say (no ``/proc``): there a cap counted from a guess would fail ordinary pages."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
 
 
 class _Worker:
