@@ -74,7 +74,8 @@ def load_model_files(folder: str | Path, dtype: torch.dtype = torch.float32, wei
     settings = load_settings(folder)
     if "quantization" in settings:  # the stored integers as they are, without a float copy
         quantization = Quantization.from_settings(settings["quantization"])
-        model = load_quantized(config, folder / WEIGHTS, quantization)
+        layout = settings["quantization"].get("int4_rows", 64)
+        model = load_quantized(config, folder / WEIGHTS, quantization, layout)
     else:
         model = JinaOCRForConditionalGeneration(config)
         if weights:

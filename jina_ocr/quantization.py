@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from jina_ocr.errors import UserError
-from jina_ocr.quantized_weights import SCHEMES, QuantizedExperts, QuantizedLinear
+from jina_ocr.quantized_weights import SCHEMES, QuantizedExperts, QuantizedLinear, int4_rows, repack_int4
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,13 @@ class Quantization:
             raise UserError(f"unknown quantisation {self.scheme!r}: choose one of {', '.join(SCHEMES)}")
 
     def settings(self) -> dict:
-        """What model files record, read back by :meth:`from_settings`."""
-        return asdict(self)
+        """What model files record, read back by :meth:`from_settings`: with int4, also the layout its
+        values are saved in (this machine's, :func:`int4_rows`)."""
+        return {**asdict(self), **({"int4_rows": int4_rows()} if self.scheme == "int4" else {})}
 
     @classmethod
     def from_settings(cls, settings: dict) -> Quantization:
-        return cls(**settings)
+        return cls(**{key: value for key, value in settings.items() if key != "int4_rows"})
 
 
 def parse(value) -> Quantization | None:
@@ -140,20 +141,37 @@ def quantization_of(model) -> Quantization | None:
     return getattr(model, "quantization", None)
 
 
-def load_quantized(config, path, quantization: Quantization):
+def load_quantized(config, path, quantization: Quantization, int4_rows: int = 64):
     """A model of ``config`` holding the quantised tensors saved in the safetensors file ``path``, built on
-    the meta device so that no float copy of the quantised weights is ever made."""
+    the meta device so that no float copy of the quantised weights is ever made. int4 values saved in
+    blocks of ``int4_rows`` (files from before the layout was recorded: 64) are repacked where this
+    machine's kernel reads another layout."""
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     with torch.device("meta"):
         model = JinaOCRForConditionalGeneration(config)
     quantized_skeleton(model, quantization)
-    model.load_state_dict(read_aligned(path), strict=True, assign=True)
+    state = read_aligned(path)
+    if quantization.scheme == "int4":
+        for name in _int4_values(model):
+            state[name] = repack_int4(state[name], int4_rows)
+    model.load_state_dict(state, strict=True, assign=True)
     if left := [
         name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta
     ]:
         raise UserError(f"the quantised weights lack {', '.join(left[:5])}")
     return model
+
+
+def _int4_values(model) -> list[str]:
+    """The names of the int4 values tensors of a quantised model (not their scales)."""
+    names = []
+    for prefix, module in model.named_modules():
+        if isinstance(module, QuantizedLinear) and module.scheme == "int4":
+            names.append(f"{prefix}.weight")
+        elif isinstance(module, QuantizedExperts) and module.scheme == "int4":
+            names += [f"{prefix}.{name}" for name in module._projections()]
+    return names
 
 
 SAFETENSORS_DTYPES = {

@@ -16,12 +16,17 @@ The formats:
 - int8: ``values`` int8 (N, K), symmetric; ``scales`` (N,): ``w = values * scales``.
 - int4: ``values`` uint8 (N', K / 2) in the CPU kernel's layout (:func:`pack_int4`), N' = N rounded up
   to a multiple of 64 (the padding rows are zero and their outputs dropped); ``scales`` (K / 64, N', 2)
-  holds each group's scale and zero point: ``w = (q - 8) * scale + zero`` for q in 0..15.
+  holds each group's scale and zero point: ``w = (q - 8) * scale + zero`` for q in 0..15. The kernel's
+  layout depends on the CPU it runs on (:func:`int4_rows`: blocks of 64 rows with AVX-512, of 32 with
+  AVX2), so saved values say which layout they are in and are repacked when a machine with the other
+  loads them (:func:`repack_int4`).
 
 Fused experts hold the same formats with a leading expert dimension, one scale per expert and row.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +37,8 @@ from jina_ocr.remote_code.modeling_jina_ocr import grouped_dispatch
 SCHEMES = ("int8", "int4")
 INT4_GROUP = 64
 """Inputs per int4 scale and zero point: divides every input width of jina-ocr-v1 (1280, 896, 6848, 2560)."""
-INT4_ROWS = 64
-"""The CPU kernel packs rows in blocks of 64: row r + 32 of a block shares a byte with row r."""
+INT4_PADDING = 64
+"""int4 rows are padded to a multiple of 64, which every layout of the CPU kernel divides."""
 
 
 def storage_shapes(out_features: int, in_features: int, scheme: str) -> tuple[tuple, torch.dtype, tuple]:
@@ -42,7 +47,7 @@ def storage_shapes(out_features: int, in_features: int, scheme: str) -> tuple[tu
         return (out_features, in_features), torch.int8, (out_features,)
     if in_features % INT4_GROUP:
         raise ValueError(f"int4 needs input widths that are multiples of {INT4_GROUP}, not {in_features}")
-    rows = -(-out_features // INT4_ROWS) * INT4_ROWS
+    rows = -(-out_features // INT4_PADDING) * INT4_PADDING
     return (rows, in_features // 2), torch.uint8, (in_features // INT4_GROUP, rows, 2)
 
 
@@ -66,22 +71,46 @@ def quantize_weight(
     return pack_int4(q.view(rows, -1)), scales
 
 
-def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """(N, K) values 0..15, N a multiple of 64 -> the (N, K / 2) bytes ``_weight_int4pack_mm_for_cpu``
-    reads: per block of 64 rows, K runs of 32 bytes, byte j of run k holding row j (low nibble) and row
-    j + 32 (high nibble) of input k. (What ``torch._convert_weight_to_int4pack_for_cpu`` writes, done
-    with plain tensor operations so that it also runs on the meta device; a test compares the two.)"""
-    rows, inputs = q.shape
-    blocks = q.view(rows // INT4_ROWS, INT4_ROWS, inputs).transpose(1, 2)
-    half = INT4_ROWS // 2
-    return (blocks[..., :half] | (blocks[..., half:] << 4)).reshape(rows, inputs // 2).contiguous()
+@functools.cache
+def int4_rows() -> int:
+    """The rows per block of this machine's int4 CPU kernel: PyTorch picks the layout from the
+    instructions the CPU has (64 with AVX-512, 32 with AVX2), so it is read off the kernel's own
+    packing of a probe once per process."""
+    probe = torch.randint(0, 16, (128, 16), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    packed = torch._convert_weight_to_int4pack_for_cpu(probe, 1)
+    for rows in (64, 32, 16, 128):
+        if torch.equal(pack_int4(probe.to(torch.uint8), rows), packed):
+            return rows
+    raise RuntimeError("this PyTorch packs int4 weights in a layout jina-ocr does not know")
 
 
-def unpack_int4(values: torch.Tensor) -> torch.Tensor:
+def pack_int4(q: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """(N, K) values 0..15, N a multiple of ``rows`` -> the (N, K / 2) bytes ``_weight_int4pack_mm_for_cpu``
+    reads: per block of ``rows`` rows (default: :func:`int4_rows`), K runs of ``rows / 2`` bytes, byte j
+    of run k holding row j (low nibble) and row j + rows / 2 (high nibble) of input k. (What
+    ``torch._convert_weight_to_int4pack_for_cpu`` writes, done with plain tensor operations so that it
+    also runs on the meta device; a test compares the two.)"""
+    rows = rows or int4_rows()
+    count, inputs = q.shape
+    blocks = q.view(count // rows, rows, inputs).transpose(1, 2)
+    half = rows // 2
+    return (blocks[..., :half] | (blocks[..., half:] << 4)).reshape(count, inputs // 2).contiguous()
+
+
+def unpack_int4(values: torch.Tensor, rows: int | None = None) -> torch.Tensor:
     """The inverse of :func:`pack_int4`: (N, K / 2) bytes -> (N, K) values 0..15 as uint8."""
-    rows, half_inputs = values.shape
-    blocks = values.view(rows // INT4_ROWS, 2 * half_inputs, INT4_ROWS // 2)
-    return torch.cat([blocks & 15, blocks >> 4], dim=-1).transpose(1, 2).reshape(rows, 2 * half_inputs)
+    rows = rows or int4_rows()
+    count, half_inputs = values.shape
+    blocks = values.view(count // rows, 2 * half_inputs, rows // 2)
+    return torch.cat([blocks & 15, blocks >> 4], dim=-1).transpose(1, 2).reshape(count, 2 * half_inputs)
+
+
+def repack_int4(values: torch.Tensor, rows: int) -> torch.Tensor:
+    """int4 ``values`` (any leading dimensions) packed in blocks of ``rows``, in this machine's layout."""
+    if rows == int4_rows():
+        return values
+    flat = values.reshape(-1, values.shape[-1])
+    return pack_int4(unpack_int4(flat, rows)).view(values.shape)
 
 
 def dequantize(

@@ -174,6 +174,37 @@ def test_a_saved_quantized_model_loads_back_as_it_was_without_requantizing(saved
     loading._load.cache_clear()
 
 
+def test_int4_saved_on_a_cpu_of_the_other_layout_loads_as_it_was(tmp_path):
+    """The int4 kernel packs rows in blocks of 64 on AVX-512 machines and of 32 on AVX2 ones: a model
+    saved on one and loaded on the other has its values repacked, and computes the same logits."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    model, processor = jina_ocr.load(None, device="cpu", quantize="int4")
+    folder = tmp_path / "int4"
+    save_model_files(folder, model, processor.tokenizer, {"processor_mode": processor.image_processor.mode})
+    here = quantized_weights.int4_rows()
+    other = 64 if here == 32 else 32
+    settings = json.loads((folder / "jina_ocr_model.json").read_text())
+    assert settings["quantization"]["int4_rows"] == here
+    state = load_file(folder / "model.safetensors")
+    names = quantization._int4_values(model)
+    assert names and all(name in state for name in names)
+    for name in names:  # as the other machine would have written them
+        flat = state[name].reshape(-1, state[name].shape[-1])
+        state[name] = pack_int4(quantized_weights.unpack_int4(flat), other).view(state[name].shape)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    settings["quantization"]["int4_rows"] = other
+    (folder / "jina_ocr_model.json").write_text(json.dumps(settings))
+    loading._load.cache_clear()
+    loaded, _ = jina_ocr.load(folder, device="cpu")
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    loading._load.cache_clear()
+
+
 def test_a_saved_quantized_model_refuses_another_scheme(saved_int8):
     folder, _ = saved_int8
     with pytest.raises(UserError, match="saved quantised in int8: load it without --quantize or with int8"):
