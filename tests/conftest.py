@@ -89,3 +89,22 @@ def run(tiny_export, capsys):
         return status, captured.out, captured.err
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local two-CPU Ray started once for the tests that need one, and a bucket on an S3-compatible
+    server on 127.0.0.1 made before it, so that its workers inherit the variables pointing at it:
+    ``(address for --ray, bucket name)``. Ray takes seconds to start; command-line drivers join this
+    one through the address instead of starting their own."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    pytest.importorskip("moto.server")
+    from object_store import s3_bucket
+
+    with s3_bucket("ray") as bucket:
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            yield context.address_info["gcs_address"], bucket
+        finally:
+            ray.shutdown()

@@ -56,7 +56,7 @@ def test_pages_stream_out_as_each_batch_finishes(converter, monkeypatch):
         assert isinstance(result.markdown, str) and 0 <= result.tokens <= 3 and result.seconds > 0
     assert set(results[0].to_dict()) == {
         "page", "markdown", "tokens", "seconds", "finish_reason", "confidence", "mean_logprob",
-        "min_logprob", "fastmtp", "error",
+        "min_logprob", "temperature", "fastmtp", "error",
     }  # fmt: skip
 
 

@@ -240,7 +240,10 @@ class BatchDriver:
                 count -= 1
             markdown, regions = self.processor.decode_ocr([token_ids], None, return_regions=True)
             prompt_tokens = int(inputs["attention_mask"][row].sum())
-            ended = finish_reason(bool(token_ids) and token_ids[-1] in eos, scores.overruled > 0)
+            # Sampled tokens are often not the first choice: only under greedy decoding does that mark a
+            # token the loop guard overruled.
+            overruled = scores.overruled > 0 and not kwargs.get("do_sample")
+            ended = finish_reason(bool(token_ids) and token_ids[-1] in eos, overruled)
             generation = Generation(
                 markdown,
                 count,

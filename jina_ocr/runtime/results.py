@@ -21,7 +21,9 @@ class PageResult:
     the ``generate`` call the page was part of (its batch) up to the step that finished the page, or
     None without FastMTP. ``finish_reason`` says how the page ended (``error`` when it failed; None when
     an endpoint did not say), ``confidence``, ``mean_logprob`` and ``min_logprob`` how sure the model
-    was of it (None when unknown); see :mod:`jina_ocr.runtime.confidence`.
+    was of it (None when unknown); see :mod:`jina_ocr.runtime.confidence`. ``temperature`` is 0 for
+    the greedy text, else the sampling temperature of the retry whose text this is (see
+    :func:`retry_temperature`).
     """
 
     source: str
@@ -35,6 +37,7 @@ class PageResult:
     confidence: float | None = None
     mean_logprob: float | None = None
     min_logprob: float | None = None
+    temperature: float = 0.0
 
     def __post_init__(self):
         if self.error is not None:
@@ -50,8 +53,11 @@ class PageResult:
         return min_confidence is not None and self.confidence is not None and self.confidence < min_confidence
 
     @classmethod
-    def converted(cls, source: str, page: int, generation: Generation, render_seconds: float) -> PageResult:
-        """A successful page: what ``generate`` made of it, timed from rendering to decoding."""
+    def converted(
+        cls, source: str, page: int, generation: Generation, render_seconds: float, temperature: float = 0.0
+    ) -> PageResult:
+        """A successful page: what ``generate`` made of it (at ``temperature``), timed from rendering to
+        decoding."""
         summary = summarize(generation.logprobs, generation.finish_reason)
         return cls(
             source,
@@ -64,6 +70,7 @@ class PageResult:
             confidence=summary.confidence,
             mean_logprob=summary.mean_logprob,
             min_logprob=summary.min_logprob,
+            temperature=temperature,
         )
 
     def to_dict(self) -> dict:
@@ -77,9 +84,18 @@ class PageResult:
             "confidence": _rounded(self.confidence),
             "mean_logprob": _rounded(self.mean_logprob),
             "min_logprob": _rounded(self.min_logprob),
+            "temperature": self.temperature,
             "fastmtp": self.fastmtp,
             "error": self.error,
         }
+
+
+def retry_temperature(attempt: int) -> float:
+    """Sampling temperature of the ``attempt``-th (from 1) retry of a page that reached its token limit
+    (``convert --retry-truncated``): 0.2, 0.4 ... up to 1.0. It rises because a page that loops under
+    greedy decoding mostly loops at a low temperature too; it stops at 1, where sampling still follows
+    the model's own distribution."""
+    return round(min(0.2 * attempt, 1.0), 1)
 
 
 def _rounded(value: float | None) -> float | None:

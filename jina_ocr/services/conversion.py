@@ -28,6 +28,7 @@ from jina_ocr.loading import load
 from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.batching import BatchDriver, Generation, Page, batches
 from jina_ocr.runtime.checks import positive_int
+from jina_ocr.runtime.confidence import LENGTH, LOOP, STOP
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -37,7 +38,7 @@ from jina_ocr.runtime.documents import (
     is_blank,
     open_selection,
 )
-from jina_ocr.runtime.results import PageResult, blank_generation
+from jina_ocr.runtime.results import PageResult, blank_generation, retry_temperature
 from jina_ocr.services.endpoints import EndpointConverter, RetryPolicy, closing_stream
 from jina_ocr.services.fetch import FetchPolicy, fetch, looks_like_url, redact_url
 
@@ -158,10 +159,17 @@ class Converter:
     progress: Callable[[int], None] | None = None
     """Told the tokens every decoding step adds (over the pages of the batch), so a progress display
     moves while a batch decodes rather than only when it ends."""
+    retry_truncated: int = 0
+    """Times a page that reached ``max_new_tokens`` is generated again with sampling, at rising
+    temperatures (:func:`~jina_ocr.runtime.results.retry_temperature`), until one try ends with the end
+    token; if none does, the greedy text stays. Off (0) by default: it trades the exact greedy text
+    for a finished page."""
 
     def __post_init__(self):
         for name in ("batch_size", "max_new_tokens", "dpi", "max_pixels"):
             positive_int(name, getattr(self, name))
+        if self.retry_truncated < 0:
+            raise UserError(f"retry_truncated must be 0 or more, got {self.retry_truncated}")
 
     @classmethod
     def from_pretrained(
@@ -186,9 +194,19 @@ class Converter:
         changes = {key: value for key, value in options.items() if value is not None}
         return dataclasses.replace(self, **changes) if changes else self
 
-    def driver(self) -> BatchDriver:
-        """The batch driver with this converter's model and options: what every conversion runs."""
-        mtp = {} if self.use_mtp is None else {"use_mtp": self.use_mtp}
+    def driver(self, temperature: float = 0.0) -> BatchDriver:
+        """The batch driver with this converter's model and options: what every conversion runs, greedy,
+        or sampling at ``temperature`` (without FastMTP, which is greedy)."""
+        if temperature:
+            decoding = {
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": 1.0,
+                "top_k": 0,
+                "use_mtp": False,
+            }
+        else:
+            decoding = {} if self.use_mtp is None else {"use_mtp": self.use_mtp}
         return BatchDriver(
             self.model,
             self.processor,
@@ -196,7 +214,7 @@ class Converter:
             mode=self.mode,
             max_new_tokens=self.max_new_tokens,
             progress=self.progress,
-            **mtp,
+            **decoding,
         )
 
     def generate(
@@ -272,17 +290,33 @@ class Converter:
         return [next(converted) if page.inked else page.unread_result() for page in batch]
 
     def _convert_batch(self, batch: list[RenderedPage]) -> list[PageResult]:
-        """Generate a batch (a failed batch is retried page by page by the driver's ``run_batch``)."""
+        """Generate a batch (a failed batch is retried page by page by the driver's ``run_batch``), then
+        the pages cut short (at the token limit or by the loop guard) again with sampling,
+        ``retry_truncated`` times at most."""
         if not batch:
             return []
         outcomes = self.driver().run_batch([Page(page.image) for page in batch])
+        temperatures = [0.0] * len(batch)
+        for attempt in range(1, self.retry_truncated + 1):
+            cut = [
+                i
+                for i, outcome in enumerate(outcomes)
+                if getattr(outcome, "finish_reason", None) in (LENGTH, LOOP)
+            ]
+            if not cut:
+                break
+            temperature = retry_temperature(attempt)
+            retried = self.driver(temperature).run_batch([Page(batch[i].image) for i in cut])
+            for index, outcome in zip(cut, retried, strict=True):
+                if getattr(outcome, "finish_reason", None) == STOP:
+                    outcomes[index], temperatures[index] = outcome, temperature
         return [
             PageResult(
                 page.source, page.number, seconds=page.seconds, error=f"{type(outcome).__name__}: {outcome}"
             )
             if isinstance(outcome, Exception)
-            else PageResult.converted(page.source, page.number, outcome, page.seconds)
-            for page, outcome in zip(batch, outcomes, strict=True)
+            else PageResult.converted(page.source, page.number, outcome, page.seconds, temperature)
+            for page, outcome, temperature in zip(batch, outcomes, temperatures, strict=True)
         ]
 
 
@@ -309,6 +343,7 @@ def convert(
     api_key: str | None = None,
     concurrency: int | None = None,
     retries: int | None = None,
+    retry_truncated: int | None = None,
     fetch_policy: FetchPolicy | None = None,
 ) -> Iterator[PageResult]:
     """Convert a PDF or image (a path, bytes or an http(s) URL) to Markdown, yielding a
@@ -323,6 +358,8 @@ def convert(
 
     With ``endpoint`` (one OpenAI ``base_url`` or several) pages are sent to those servers instead
     (see :mod:`jina_ocr.services.endpoints`); the options that belong to the server are refused.
+    ``retry_truncated`` N generates pages cut short again with sampling, up to N times (see
+    :attr:`Converter.retry_truncated`).
 
     A URL (``scheme://...``) is fetched first, within ``fetch_policy`` (default: :class:`FetchPolicy`,
     which refuses private addresses; see :mod:`jina_ocr.services.fetch`), and named by the URL unless ``name``
@@ -355,6 +392,7 @@ def convert(
     options = dict(
         batch_size=batch_size,
         max_new_tokens=max_new_tokens,
+        retry_truncated=retry_truncated,
         use_mtp=use_mtp,
         prompt=prompt,
         dpi=dpi,
@@ -380,7 +418,13 @@ def convert(
             )
             converter = converter.with_options(**options)
             return converter.convert(document, numbers)
-        given = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
+        given = dict(
+            concurrency=concurrency,
+            max_new_tokens=max_new_tokens,
+            dpi=dpi,
+            max_pixels=max_pixels,
+            retry_truncated=retry_truncated,
+        )
         remote = EndpointConverter(
             endpoint,
             served_model=served_model,

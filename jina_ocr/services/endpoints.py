@@ -47,7 +47,7 @@ from jina_ocr.remote_code.generation import settings
 from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.batching import Generation
 from jina_ocr.runtime.checks import positive_int
-from jina_ocr.runtime.confidence import LENGTH, STOP, finish_reason
+from jina_ocr.runtime.confidence import LENGTH, LOOP, STOP, finish_reason
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -57,7 +57,7 @@ from jina_ocr.runtime.documents import (
     is_blank,
     open_selection,
 )
-from jina_ocr.runtime.results import PageResult, blank_generation
+from jina_ocr.runtime.results import PageResult, blank_generation, retry_temperature
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_RETRIES = 5
@@ -287,9 +287,12 @@ class EndpointPool:
                     endpoint.resting_until = time.monotonic() + self.policy.cooldown
             self._lock.notify_all()
 
-    def complete(self, png: bytes, prompt: str | None, max_new_tokens: int) -> Generation:
-        """One page's chat completion, retried as the policy says; raises ``RuntimeError`` with the
-        reason when the page cannot be converted, :class:`Stopped` when the pool closes."""
+    def complete(
+        self, png: bytes, prompt: str | None, max_new_tokens: int, temperature: float = 0.0
+    ) -> Generation:
+        """One page's chat completion (greedy, or sampled at ``temperature``), retried as the policy
+        says; raises ``RuntimeError`` with the reason when the page cannot be converted, :class:`Stopped`
+        when the pool closes."""
         content: list[dict] = [
             {
                 "type": "image_url",
@@ -301,7 +304,7 @@ class EndpointPool:
         body = {
             "messages": [{"role": "user", "content": content}],
             "max_tokens": max_new_tokens,
-            "temperature": 0,
+            "temperature": temperature,
             "logprobs": True,
             "top_logprobs": 1,
         }
@@ -402,6 +405,7 @@ class EndpointConverter:
         max_new_tokens: int = settings.DEFAULT_MAX_NEW_TOKENS,
         dpi: int = DEFAULT_DPI,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        retry_truncated: int = 0,
     ):
         numbers = dict(concurrency=concurrency, max_new_tokens=max_new_tokens, dpi=dpi, max_pixels=max_pixels)
         for name, value in numbers.items():
@@ -416,6 +420,9 @@ class EndpointConverter:
         self.max_new_tokens = max_new_tokens
         self.dpi = dpi
         self.max_pixels = max_pixels
+        if retry_truncated < 0:
+            raise UserError(f"retry_truncated must be 0 or more, not {retry_truncated}")
+        self.retry_truncated = retry_truncated
         self._window = 4 * concurrency
         # Page bitmaps are made by a few threads only: each thread's malloc arena keeps its largest
         # buffers, so bitmaps made in every request worker would cost a bitmap per worker for good.
@@ -550,11 +557,47 @@ class EndpointConverter:
         render_seconds = time.perf_counter() - start
         if png is None:
             return PageResult.converted(label, number, blank_generation(), render_seconds)
+        return answer_page(
+            self.pool,
+            png,
+            label,
+            number,
+            render_seconds,
+            self.prompt,
+            self.max_new_tokens,
+            self.retry_truncated,
+        )
+
+
+def answer_page(
+    pool: EndpointPool,
+    png: bytes,
+    label: str,
+    number: int,
+    render_seconds: float,
+    prompt: str | None,
+    max_new_tokens: int,
+    retry_truncated: int = 0,
+) -> PageResult:
+    """A rendered page with ink as the endpoints convert it; a page they cannot convert fails alone. A
+    page cut short (``length`` or ``loop``) is asked for again with sampling, ``retry_truncated`` times
+    at most, at rising temperatures (:func:`retry_temperature`), until one answer ends with ``stop``;
+    otherwise the greedy answer stays."""
+    try:
+        answer = pool.complete(png, prompt, max_new_tokens)
+    except RuntimeError as error:
+        return PageResult(label, number, seconds=render_seconds, error=str(error))
+    temperature = 0.0
+    for attempt in range(1, retry_truncated + 1):
+        if answer.finish_reason not in (LENGTH, LOOP):
+            break
         try:
-            answer = self.pool.complete(png, self.prompt, self.max_new_tokens)
-        except RuntimeError as error:
-            return PageResult(label, number, seconds=render_seconds, error=str(error))
-        return PageResult.converted(label, number, answer, render_seconds)
+            retried = pool.complete(png, prompt, max_new_tokens, retry_temperature(attempt))
+        except RuntimeError:  # the greedy answer is in: a failed retry leaves it
+            break
+        if retried.finish_reason == STOP:
+            answer, temperature = retried, retry_temperature(attempt)
+    return PageResult.converted(label, number, answer, render_seconds, temperature)
 
 
 def _render_png(document: Document, number: int) -> bytes | None:

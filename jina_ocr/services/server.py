@@ -20,7 +20,7 @@ Endpoints:
 - ``POST /v1/documents``: multipart upload of a PDF (or image) as ``file``, with optional form
   fields ``pages`` (``1-3,7,10-``), ``password``, ``prompt`` and ``max_tokens``; answers
   ``{"source", "pages": [{"page", "markdown", "tokens", "seconds", "finish_reason", "confidence",
-  "mean_logprob", "min_logprob", "fastmtp", "error"}]}`` as ``jina-ocr convert --format json`` does
+  "mean_logprob", "min_logprob", "temperature", "fastmtp", "error"}]}`` as ``jina-ocr convert --format json`` does
   (docs/output.md), a page that fails carrying its ``error`` (a page over the pixel limit is refused
   with 413 before any work, as on chat).
 - ``GET /{url}`` (with ``--allow-urls``), e.g. ``GET /https://example.org/report.pdf``: the document
