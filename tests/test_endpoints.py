@@ -235,6 +235,7 @@ def test_outputs_are_those_of_a_local_run(cli, noise_png, tmp_path):
         "confidence": None,  # the stub sends no log-probabilities
         "mean_logprob": None,
         "min_logprob": None,
+        "temperature": 0.0,
         "fastmtp": None,
         "error": None,
     }
@@ -370,12 +371,12 @@ def test_resume_of_json_outputs_redoes_documents_with_failed_pages(cli, tmp_path
 def test_a_full_disk_under_the_resume_record_is_one_line_and_nothing_is_sent(cli, tmp_path, monkeypatch):
     import errno
 
-    from jina_ocr.commands import _resume
+    from jina_ocr.commands import _output
 
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(_resume, "write_atomic", full)
+    monkeypatch.setattr(_output, "write_atomic", full)
     documents = two_page_pdfs(tmp_path / "docs", 1)
     stub = StubEndpoint()
     with running(stub) as url:

@@ -179,6 +179,7 @@ CHECKED_COMMANDS = [
     (r"vllm serve .*", check_vllm_serve, "needs vLLM and a GPU"),
     (r"jina-ocr convert .*https?://.*", cli_parse, "fetches from the network"),
     (r"jina-ocr convert .*--endpoint .*", cli_parse, "needs running servers"),
+    (r"jina-ocr convert s3://.*--ray.*", cli_parse, "needs a Ray cluster and object storage"),
     (r"jina-ocr serve .*", cli_parse, "runs until stopped"),
 ]
 

@@ -80,7 +80,7 @@ def test_convert_a_url_with_pages_into_a_file_named_from_its_path(run, documents
     url = documents.url("/files/report.pdf?token=abc&v=2")
     status, _, err = run(url, "--pages", "3", "--allow-private-urls", "-o", tmp_path)
     assert status == 0, err
-    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["report.md"]
     assert markers((tmp_path / "report.md").read_text()) == ["3"]
     assert documents.requests[-1] == "/files/report.pdf?token=abc&v=2"  # the query went to the server
 
@@ -95,7 +95,11 @@ def test_convert_numbers_outputs_whose_names_collide(run, documents, tmp_path):
     root = documents.url("/")  # a URL whose path names no file is named after its host
     status, _, err = run(first, second, root, "--pages", "1", "--allow-private-urls", "-o", tmp_path)
     assert status == 0, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["127.0.0.1.md", "report-2.md", "report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "127.0.0.1.md",
+        "report-2.md",
+        "report.md",
+    ]
     assert (tmp_path / "report.md").read_text() == (tmp_path / "report-2.md").read_text()
 
     status, out, err = run(first, SAMPLE_PDF, "--pages", "1", "--allow-private-urls")
@@ -135,7 +139,9 @@ def test_convert_reports_each_refused_url_in_one_line_and_converts_the_rest(run,
         "jina-ocr convert: error: file:///etc/passwd: only http and https URLs are fetched, not file:\n"
         in err
     )
-    assert [p.name for p in tmp_path.iterdir()] == ["sample.md"]  # the local file still converted
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == [
+        "sample.md"
+    ]  # the local file still converted
     assert len(documents.requests) == before  # nothing was fetched from the private address
 
     status, _, err = run(documents.url("/slow"), "--allow-private-urls", "--fetch-timeout", "0.5")

@@ -1,14 +1,13 @@
 """``jina-ocr convert --endpoint``: the options of a run through OpenAI-compatible servers.
 
 The conversion itself is :class:`jina_ocr.services.endpoints.EndpointConverter`; this module declares the
-options, refuses the ones that belong to the server, and prepares ``--resume``.
+options, refuses the ones that belong to the server, and makes the converter.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from jina_ocr.commands import _resume
 from jina_ocr.commands._options import check_positive
 from jina_ocr.errors import UserError
 from jina_ocr.services import endpoints
@@ -73,11 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"seconds an endpoint rests after {endpoints.FAILURES_BEFORE_COOLDOWN} failures in a row "
         "(default: %(default)s)",
     )
-    group.add_argument(
-        "--resume",
-        action="store_true",
-        help="skip documents already converted in OUT_DIR by an earlier run with the same options",
-    )
     parser.set_defaults(
         batch_size=_DefaultInt(parser.get_default("batch_size")),
         dtype=_DefaultStr(parser.get_default("dtype")),
@@ -91,8 +85,6 @@ def _given(value) -> bool:
 def check_arguments(args: argparse.Namespace) -> None:
     """Usage errors of the endpoint options, before any input is opened."""
     if not args.endpoint:
-        if args.resume:
-            raise UserError("--resume works with --endpoint")
         return
     refused = [flag for dest, flag in SERVER_OPTIONS.items() if _given(getattr(args, dest))]
     if refused:
@@ -100,8 +92,6 @@ def check_arguments(args: argparse.Namespace) -> None:
             f"{', '.join(refused)} cannot be used with --endpoint: the model and how it runs are chosen "
             "where it is served"
         )
-    if args.resume and args.output is None:
-        raise UserError("--resume needs -o OUT_DIR")
     check_positive(args, "concurrency")
     if args.retries < 0:
         raise UserError("--retries must be 0 or more")
@@ -109,10 +99,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError("--timeout must be positive and --cooldown 0 or more")
 
 
-def prepare(args: argparse.Namespace, jobs: list):
-    """The endpoint converter with ``jobs`` scheduled, and the jobs left to do (all, unless resuming);
-    the converter closes the documents of the jobs it was given, the caller those of the others."""
-    converter = endpoints.EndpointConverter(
+def converter(args: argparse.Namespace) -> endpoints.EndpointConverter:
+    """The endpoint converter of the options (it asks the endpoints for their model now)."""
+    return endpoints.EndpointConverter(
         args.endpoint,
         served_model=args.served_model,
         api_key=args.api_key,
@@ -122,15 +111,5 @@ def prepare(args: argparse.Namespace, jobs: list):
         max_new_tokens=args.max_new_tokens,
         dpi=args.dpi,
         max_pixels=args.max_pixels,
+        retry_truncated=args.retry_truncated,
     )
-    try:
-        if args.output is not None:
-            options = _resume.text_options(args, converter.served_model)
-            if args.resume:
-                jobs = _resume.remaining(args.output, options, jobs)
-            _resume.write_record(args.output, options)
-        converter.schedule([(job.document, job.numbers) for job in jobs])
-    except BaseException:
-        converter.close()
-        raise
-    return converter, jobs
