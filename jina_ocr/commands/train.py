@@ -1,4 +1,5 @@
-"""``jina-ocr train``: train a small jina-ocr model on JinaOCRSynth pages (``sft``), then its FastMTP head (``mtp``)."""
+"""``jina-ocr train``: train a small jina-ocr model on JinaOCRSynth pages (``sft``), then its FastMTP head (``mtp``);
+post-train it with GRPO on the page reward (``grpo``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from pathlib import Path
 from jina_ocr.errors import UserError
 
 NAME = "train"
-HELP = "Train a small model on synthetic pages (sft), then its FastMTP head by self-distillation (mtp)."
+HELP = (
+    "Train a small model on synthetic pages (sft), then its FastMTP head by self-distillation (mtp); "
+    "post-train it with GRPO on the page reward (grpo)."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    phases = parser.add_subparsers(dest="phase", required=True, metavar="{sft,mtp,bundle}")
+    phases = parser.add_subparsers(dest="phase", required=True, metavar="{sft,mtp,grpo,bundle}")
     sft = phases.add_parser(
         "sft",
         help="supervised training of the whole model (teacher forcing plus dense glyph supervision)",
@@ -88,7 +92,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     mtp.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     mtp.add_argument("--threads", type=int, help="torch CPU threads")
+    _add_grpo_arguments(phases)
     _add_bundle_arguments(phases)
+
+
+def _add_grpo_arguments(phases) -> None:
+    grpo = phases.add_parser(
+        "grpo",
+        help="GRPO post-training on TRL with the deterministic page reward (needs trl)",
+        description="Sample several transcriptions of each page, score them against the page's reference with "
+        "jina_ocr.rewards, and take GRPO steps on TRL's GRPOTrainer; run again with the same OUT to resume.",
+    )
+    grpo.add_argument("model", type=Path, help="model files to start from (and the KL reference with --beta)")
+    grpo.add_argument(
+        "out", type=Path, help="run folder: checkpoints/, model/, log.jsonl (resumes if present)"
+    )
+    grpo.add_argument(
+        "--resume-from",
+        type=Path,
+        help="continue the grpo run these model files record (step, weights) with a fresh optimizer, when OUT "
+        "has no checkpoint",
+    )
+    grpo.add_argument("--steps", type=int, default=200, help="GRPO steps; the run ends there (200)")
+    grpo.add_argument("--pages", type=int, default=4, help="pages per step (4)")
+    grpo.add_argument("--generations", type=int, default=8, help="sampled transcriptions per page (8)")
+    grpo.add_argument("--lr", type=float, default=1e-5, help="constant learning rate of AdamW (1e-5)")
+    grpo.add_argument("--beta", type=float, default=0.0, help="weight of the KL term to MODEL (0: none)")
+    grpo.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (1.0)")
+    grpo.add_argument("--seed", type=int, default=4, help="seed of the training pages and the sampling (4)")
+    grpo.add_argument(
+        "--repeat-words", type=float, default=0.2, help="share of drill words repeating the one before (0.2)"
+    )
+    grpo.add_argument(
+        "--max-new-tokens", type=int, default=384, help="tokens per sample and evaluation (384)"
+    )
+    grpo.add_argument(
+        "--eval-every", type=int, default=25, help="steps between evaluations; 0: at the end (25)"
+    )
+    grpo.add_argument("--eval-pages", type=int, default=16, help="held-out pages of each evaluation set (16)")
+    grpo.add_argument("--eval-seed", type=int, default=1, help="seed of the held-out pages (1)")
+    grpo.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints (25)")
+    grpo.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    grpo.add_argument("--threads", type=int, help="torch CPU threads")
 
 
 def _add_bundle_arguments(phases) -> None:
@@ -116,7 +161,7 @@ def _add_bundle_arguments(phases) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.phase == "bundle":
         return _bundle(args)
-    folder = _sft(args) if args.phase == "sft" else _mtp(args)
+    folder = {"sft": _sft, "mtp": _mtp, "grpo": _grpo}[args.phase](args)
     print(f"model files: {folder}")
     return 0
 
@@ -183,6 +228,13 @@ def _mtp(args: argparse.Namespace) -> Path:
             f"--head-from {options.head_from}: no config.json there; give a folder of model files"
         )
     return train_mtp(options)
+
+
+def _grpo(args: argparse.Namespace) -> Path:
+    from jina_ocr.train.grpo import GRPOOptions, train_grpo
+
+    names = set(GRPOOptions.__dataclass_fields__)
+    return train_grpo(GRPOOptions(**{name: getattr(args, name) for name in names}))
 
 
 def _check_share(share: float | None, flag: str) -> None:
