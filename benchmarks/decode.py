@@ -111,7 +111,7 @@ def step_bytes(model: JinaOCRForConditionalGeneration, prompt: int) -> int:
             total += _nbytes(mlp.gate) + _nbytes(mlp.shared_experts) + config.num_experts_per_tok * per_expert
         else:
             total += _nbytes(mlp)
-    activations = model.model.embed_tokens.weight.element_size()
+    activations = model.model.norm.weight.element_size()  # the embedding may be stored in int8
     total += _nbytes(model.model.norm) + _nbytes(model.lm_head) + config.hidden_size * activations
     layers = len(model.model.layers)
     kv = 2 * layers * prompt * config.num_key_value_heads * config.decoder_head_dim

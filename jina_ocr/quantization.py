@@ -2,8 +2,9 @@
 
 What is quantised: every linear layer of the decoder layers (attention, the dense MLP, the shared
 experts), the fused routed experts of every MoE layer (most of the weights: 2.4 of 3.4 billion), and,
-unless told otherwise, the LM head and the FastMTP head. What is not: the vision towers (SAM, CLIP),
-the projector, the token embedding, the routers and the norms, which keep their dtype.
+unless told otherwise, the LM head, the FastMTP head and the token embedding (int8 whatever the
+scheme). What is not: the vision towers (SAM, CLIP), the projector, the routers and the norms, which
+keep their dtype.
 
 Quantisers that replace ``nn.Linear`` modules (bitsandbytes, most of torchao's configs) do not see
 the experts' 3-D tensors and would leave them in bfloat16; here the experts have a quantised module of
@@ -26,17 +27,26 @@ import torch
 from torch import nn
 
 from jina_ocr.errors import UserError
-from jina_ocr.quantized_weights import SCHEMES, QuantizedExperts, QuantizedLinear, int4_rows, repack_int4
+from jina_ocr.quantized_weights import (
+    SCHEMES,
+    QuantizedEmbedding,
+    QuantizedExperts,
+    QuantizedLinear,
+    int4_rows,
+    repack_int4,
+)
 
 
 @dataclass(frozen=True)
 class Quantization:
-    """How a model is quantised: ``scheme`` (int8 or int4) for the decoder, and whether the LM head and
-    the FastMTP head are quantised too (keeping them in their dtype costs memory and time, not much)."""
+    """How a model is quantised: ``scheme`` (int8 or int4) for the decoder, and whether the LM head, the
+    FastMTP head and the token embedding (int8) are quantised too (keeping them in their dtype costs
+    memory and time, not much)."""
 
     scheme: str
     lm_head: bool = True
     mtp_head: bool = True
+    embedding: bool = True
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -49,7 +59,10 @@ class Quantization:
 
     @classmethod
     def from_settings(cls, settings: dict) -> Quantization:
-        return cls(**{key: value for key, value in settings.items() if key != "int4_rows"})
+        """Models saved before the embedding was quantised say nothing of it: theirs is in its dtype."""
+        return cls(
+            **{"embedding": False, **{key: value for key, value in settings.items() if key != "int4_rows"}}
+        )
 
 
 def parse(value) -> Quantization | None:
@@ -73,6 +86,8 @@ def _targets(model, quantization: Quantization):
                     yield parent, attribute, child
     if quantization.lm_head:
         yield model, "lm_head", model.lm_head
+    if quantization.embedding:
+        yield model.model, "embed_tokens", model.model.embed_tokens
 
 
 def _is_float_experts(module: nn.Module) -> bool:
@@ -85,7 +100,9 @@ def quantize_model(model, quantization: Quantization):
     """Quantise ``model`` in place, module by module (each float weight freed as its copy is made), and
     check that no decoder weight was left out. Returns the model."""
     for parent, attribute, module in list(_targets(model, quantization)):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Embedding):
+            quantized = QuantizedEmbedding.from_embedding(module)
+        elif isinstance(module, nn.Linear):
             quantized = QuantizedLinear.from_linear(module, quantization.scheme)
         else:
             quantized = QuantizedExperts.from_experts(module, quantization.scheme)
@@ -98,7 +115,10 @@ def quantized_skeleton(model, quantization: Quantization):
     """Replace the modules :func:`quantize_model` would quantise by empty quantised ones on their device
     (meta, when loading): the shape of a quantised model, ready to take its stored tensors."""
     for parent, attribute, module in list(_targets(model, quantization)):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Embedding):
+            weight = module.weight
+            quantized = QuantizedEmbedding(*weight.shape, weight.dtype, weight.device)
+        elif isinstance(module, nn.Linear):
             weight = module.weight
             quantized = QuantizedLinear(
                 module.in_features, module.out_features, quantization.scheme, weight.dtype, weight.device

@@ -221,3 +221,31 @@ class QuantizedExperts(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}, scheme={self.scheme}"
+
+
+class QuantizedEmbedding(nn.Module):
+    """An ``nn.Embedding`` stored in int8 with one scale per token (whatever the scheme: a lookup reads
+    single rows, no matrix kernel is involved, so int8 costs no time and keeps the rows close): buffers
+    ``weight`` and ``weight_scale``. jina-ocr-v1's table of 129,280 tokens x 1,280 takes 166 MB instead
+    of 331 MB in bfloat16, most of what stands between an int4 model and 3 GB."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype, device=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.register_buffer(
+            "weight", torch.empty(num_embeddings, embedding_dim, dtype=torch.int8, device=device)
+        )
+        self.register_buffer("weight_scale", torch.empty(num_embeddings, dtype=dtype, device=device))
+
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding) -> QuantizedEmbedding:
+        weight = embedding.weight
+        module = cls(embedding.num_embeddings, embedding.embedding_dim, weight.dtype, weight.device)
+        module.weight, module.weight_scale = quantize_weight(weight, "int8", weight.dtype)
+        return module
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight[ids].to(self.weight_scale.dtype) * self.weight_scale[ids][..., None]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, int8"

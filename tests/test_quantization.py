@@ -20,6 +20,7 @@ from jina_ocr.model_files import save_model_files
 from jina_ocr.quantization import Quantization, quantize_model
 from jina_ocr.quantized_weights import (
     SCHEMES,
+    QuantizedEmbedding,
     QuantizedExperts,
     QuantizedLinear,
     dequantize,
@@ -70,9 +71,9 @@ def test_experts_a_quantiser_does_not_recognise_are_refused(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_vision_projector_routers_norms_and_embedding_keep_their_dtype(scheme):
+def test_vision_projector_routers_and_norms_keep_their_dtype(scheme):
     original, model = float_and_quantized(scheme, dtype=torch.bfloat16)
-    kept = ("sam_model.", "vision_model.", "projector.", "embed_tokens.", "mlp.gate.", "norm.", "layernorm.")
+    kept = ("sam_model.", "vision_model.", "projector.", "mlp.gate.", "norm.", "layernorm.")
     checked = 0
     for name, tensor in original.state_dict().items():
         if any(part in name for part in kept):
@@ -82,6 +83,22 @@ def test_vision_projector_routers_norms_and_embedding_keep_their_dtype(scheme):
     assert checked > 50
     assert isinstance(model.lm_head, QuantizedLinear)
     assert isinstance(model.mtp_module.heads[0].eh_proj, QuantizedLinear)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_token_embedding_is_int8_rows_close_to_the_float_ones(scheme):
+    """Whatever the scheme, the embedding is int8 with a scale per token: every row within half a step
+    of its scale of the float row, and looked up in the model's dtype."""
+    original, model = float_and_quantized(scheme, dtype=torch.bfloat16)
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, QuantizedEmbedding) and embedding.weight.dtype == torch.int8
+    ids = torch.tensor([[0, 3, 17, SMALL["vocab_size"] - 1]])
+    looked_up, expected = embedding(ids), original.get_input_embeddings()(ids)
+    assert looked_up.dtype == torch.bfloat16
+    step = embedding.weight_scale[ids][..., None].float()
+    assert ((looked_up.float() - expected.float()).abs() <= step * 0.51 + 1e-2 * expected.float().abs()).all()
+    _, kept = float_and_quantized(scheme, embedding=False)
+    assert isinstance(kept.get_input_embeddings(), torch.nn.Embedding)
 
 
 def test_lm_head_and_fastmtp_head_can_stay_in_their_dtype():
@@ -203,6 +220,12 @@ def test_int4_saved_on_a_cpu_of_the_other_layout_loads_as_it_was(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     loading._load.cache_clear()
+
+
+def test_settings_of_models_saved_before_the_embedding_was_quantised_read_as_such():
+    old = {"scheme": "int4", "lm_head": True, "mtp_head": True, "int4_rows": 64}
+    assert Quantization.from_settings(old) == Quantization("int4", embedding=False)
+    assert Quantization.from_settings(Quantization("int8").settings()) == Quantization("int8")
 
 
 def test_a_saved_quantized_model_refuses_another_scheme(saved_int8):
