@@ -91,12 +91,13 @@ def run(tiny_export, capsys):
     return invoke
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """A local two-CPU Ray started once for the tests that need one, and a bucket on an S3-compatible
+    """A local two-CPU Ray for the tests of a module that need one, and a bucket on an S3-compatible
     server on 127.0.0.1 made before it, so that its workers inherit the variables pointing at it:
     ``(address for --ray, bucket name)``. Ray takes seconds to start; command-line drivers join this
-    one through the address instead of starting their own."""
+    one through the address instead of starting their own. It is shut down with its module, so that
+    its idle processes do not slow the tests after it."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     pytest.importorskip("moto.server")
