@@ -57,10 +57,6 @@ class Outputs:
         """How messages name the file ``name``: its path or URL."""
         return f"{self.where}{name}" if self.remote else str(self.where / name)
 
-    def local(self, name: str) -> Path | None:
-        """The local path of ``name``; None in object storage."""
-        return None if self.remote else self.where / name
-
     def write(self, name: str, text: str) -> None:
         if not self.remote:
             self.where.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ def file_name(shard: tuple[int, int] | None) -> str:
 
 @dataclass
 class RunSummary:
+    """The counts of one run (one shard of an array), with the failure threshold it judges documents by."""
+
     max_page_error_rate: float = 0.0
     shard: tuple[int, int] | None = None
     documents: int = 0
