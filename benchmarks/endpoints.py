@@ -93,11 +93,13 @@ def measure_memory(pdf: Path, url: str, concurrency: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def start_server(model: Path, max_new_tokens: int, options: list[str], log: Path):
+def start_server(model: Path, max_new_tokens: int, options: list[str], log: Path, env: dict | None = None):
+    """``jina-ocr serve`` of ``model`` on a free loopback port (batches of 16 unless ``options`` say
+    otherwise), once it answers ``/health``: (process, base URL)."""
     port = free_port()
     command = [sys.executable, "-m", "jina_ocr.cli", "serve", "--model", str(model), "--port", str(port)]
     command += ["--batch-size", "16", "--max-new-tokens", str(max_new_tokens), *options]
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while True:

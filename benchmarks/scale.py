@@ -36,8 +36,10 @@ from pathlib import Path
 import pymupdf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from endpoints import free_port  # noqa: E402
+from endpoints import start_server  # noqa: E402
 from memory import peak_rss_mb  # noqa: E402
+
+from jina_ocr.models import BUNDLED  # noqa: E402
 
 PAGES_PER_PDF = 10
 ACTOR_TITLE = "ray::MapWorker(MapBatches(_PageModel))"
@@ -167,26 +169,6 @@ def run_child(kind: str, folder: Path, args, endpoint: str | None = None, env=No
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def start_server(args, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = free_port()
-    command = [sys.executable, "-m", "jina_ocr.cli", "serve", "--port", str(port), "--mode", args.mode]
-    command += ["--batch-size", str(args.batch_size), "--max-new-tokens", str(args.max_new_tokens)]
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit(f"jina-ocr serve did not start:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            time.sleep(0.5)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=200, help="pages to convert (default: %(default)s)")
@@ -215,7 +197,8 @@ def main() -> int:
         make_documents(args.pages, folder)
         rows["local"] = run_child("local", folder, args)
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        server, base = start_server(args, env, folder / "serve.log")
+        options = ["--mode", args.mode, "--batch-size", str(args.batch_size)]
+        server, base = start_server(BUNDLED, args.max_new_tokens, options, folder / "serve.log", env)
         try:
             rows["endpoint"] = run_child("endpoint", folder, args, f"{base}/v1")
             rows["endpoint"]["server_mb"] = process_peak_mb(server.pid)
