@@ -339,7 +339,7 @@ def _open_jobs(items: list[Path | str], names: list[str], selection, args, summa
         label = redact_url(str(item))  # a URL's credentials are never shown
         try:
             if storage.is_object_url(item):
-                source = _object(item)
+                source = storage.read_document(item)
             else:
                 source = fetch(item, policy) if isinstance(item, str) else item
             document, numbers = open_selection(
@@ -360,14 +360,6 @@ def _open_jobs(items: list[Path | str], names: list[str], selection, args, summa
             _report(f"error: {error}")
             summary.unreadable(label, getattr(error, "reason", str(error)))
     return jobs
-
-
-def _object(url: str) -> bytes:
-    """An ``s3://`` input's bytes; an object that cannot be read fails as a document does."""
-    try:
-        return storage.read_bytes(url)
-    except storage.StorageError as error:
-        raise DocumentError(url, error.reason) from None
 
 
 def _check_ray(args: argparse.Namespace, items: list[Path | str]) -> None:

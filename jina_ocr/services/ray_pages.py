@@ -95,14 +95,8 @@ def open_source(
 ) -> Document:
     """A document by path or ``s3://`` URL, named by it; an object that cannot be read is a
     :class:`DocumentError` as a file that cannot be read is."""
-    options = dict(name=source, password=password, dpi=dpi, max_pixels=max_pixels)
-    if not storage.is_object_url(source):
-        return open_document(source, **options)
-    try:
-        data = storage.read_bytes(source)
-    except storage.StorageError as error:
-        raise DocumentError(source, error.reason) from None
-    return open_document(data, **options)
+    data = storage.read_document(source) if storage.is_object_url(source) else source
+    return open_document(data, name=source, password=password, dpi=dpi, max_pixels=max_pixels)
 
 
 _open: OrderedDict[tuple, Document] = OrderedDict()

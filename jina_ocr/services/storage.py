@@ -21,7 +21,7 @@ import os
 from pathlib import PurePosixPath
 
 from jina_ocr.errors import UserError
-from jina_ocr.runtime.documents import DOCUMENT_SUFFIXES
+from jina_ocr.runtime.documents import DOCUMENT_SUFFIXES, DocumentError
 
 SCHEME = "s3://"
 INSTALL_HINT = 'pip install "jina-ocr[ray]"'
@@ -81,6 +81,15 @@ def read_bytes(url: str) -> bytes:
         return _client().get_object(Bucket=bucket, Key=key)["Body"].read()
     except Exception as error:
         raise _failure(url, error) from None
+
+
+def read_document(url: str) -> bytes:
+    """A document's bytes; an object that cannot be read fails as a document that cannot be opened
+    does (:class:`~jina_ocr.runtime.documents.DocumentError`), so that it is reported with the others."""
+    try:
+        return read_bytes(url)
+    except StorageError as error:
+        raise DocumentError(url, error.reason) from None
 
 
 def read_text(url: str) -> str | None:
