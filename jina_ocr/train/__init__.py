@@ -9,6 +9,7 @@ alignment losses of :mod:`~jina_ocr.train.supervision` (targets from :mod:`~jina
 :mod:`~jina_ocr.train.grpo_trainer`), and :mod:`~jina_ocr.train.bundle` ships a result as the package's
 jina-ocr-tiny.
 :mod:`~jina_ocr.train.recipe` holds the one place where the curriculum, page mix and model size are set;
+:mod:`~jina_ocr.train.run_log` writes every run's ``log.jsonl``;
 :mod:`~jina_ocr.train.recipe_file` reads the TOML recipe files that hold a run's settings (``recipes/``
 has the bundled model's).
 """

@@ -47,9 +47,9 @@ from jina_ocr.train.bundle import GATE_SEED
 from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.grpo_data import held_out_sets, page_rows
 from jina_ocr.train.recipe import PageRecipe
+from jina_ocr.train.run_log import append_record
 
 CHECKPOINTS = "checkpoints"
-LOG = "log.jsonl"
 TRL_HINT = 'pip install "jina-ocr[grpo]"'
 """TRL pinned (the trainer subclass uses its internal steps), with this package."""
 RUN_ONLY = ("model", "out", "resume_from", "device", "threads")
@@ -133,12 +133,6 @@ def run_settings(base: dict, options: GRPOOptions, step: int, run_start: int) ->
     return {**base, "grpo": grpo}
 
 
-def _log(out: Path, record: dict) -> None:
-    with open(Path(out) / LOG, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record), flush=True)
-
-
 class HeldOutEvaluation:
     """Greedy transcriptions of the held-out pages (:func:`~jina_ocr.train.grpo_data.held_out_sets`,
     made once): each set's CER and the mean reward over all of them."""
@@ -209,7 +203,7 @@ def _callback(out: Path, run_start: int, evaluate: HeldOutEvaluation, eval_every
 
         def on_train_begin(self, args, state, control, **kwargs):
             if run_start == 0 and state.global_step == 0 and eval_every:
-                _log(out, evaluate(0))
+                append_record(out, evaluate(0))
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.began = time.perf_counter()
@@ -221,14 +215,14 @@ def _callback(out: Path, run_start: int, evaluate: HeldOutEvaluation, eval_every
             if logs is None or "reward" not in logs:
                 return  # the summary at the end of training
             step = run_start + state.global_step
-            _log(out, step_record(step, logs, self.step_seconds))
+            append_record(out, step_record(step, logs, self.step_seconds))
             if eval_every and step % eval_every == 0:
-                _log(out, evaluate(step))
+                append_record(out, evaluate(step))
 
         def on_train_end(self, args, state, control, **kwargs):
             step = run_start + state.global_step
             if not eval_every or step % eval_every:
-                _log(out, evaluate(step))
+                append_record(out, evaluate(step))
 
     return RunLog()
 

@@ -17,7 +17,6 @@ generated text count: the head never drafts the prompt.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from jina_ocr.model_files import WEIGHTS, load_model_files, load_settings, save_
 from jina_ocr.train.data import IGNORE_INDEX
 from jina_ocr.train.drills import STAGES
 from jina_ocr.train.recipe import PageRecipe
+from jina_ocr.train.run_log import append_record
 
 DISTILLED = "distill.pt"
 
@@ -201,7 +201,7 @@ def train_mtp(options: MTPOptions) -> Path:
                     totals[k][1] += counted[k]
         model.train()
         accuracy = [round(c / max(1, n), 4) for c, n in totals]
-        _log(out, {"step": step, "held_out_accuracy_per_depth": accuracy})
+        append_record(out, {"step": step, "held_out_accuracy_per_depth": accuracy})
 
     evaluate(0)
     generator = torch.Generator().manual_seed(options.seed)
@@ -219,7 +219,7 @@ def train_mtp(options: MTPOptions) -> Path:
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            _log(
+            append_record(
                 out,
                 {
                     "step": step,
@@ -295,7 +295,7 @@ def _distilled(model, processor, options: MTPOptions, out: Path) -> list[dict]:
         if saved_key == key:
             return saved["sequences"]
         changed = sorted(name for name in key if saved_key.get(name) != key[name])
-        _log(out, {"distilling_again": f"{DISTILLED} was made with other {', '.join(changed)}"})
+        append_record(out, {"distilling_again": f"{DISTILLED} was made with other {', '.join(changed)}"})
     # Pages of the curriculum's last stage: what the model reads, so the head learns its real outputs.
     # Words of random letters make the head read the main model's state instead of learning the
     # training vocabulary, which a user's pages do not share.
@@ -305,11 +305,5 @@ def _distilled(model, processor, options: MTPOptions, out: Path) -> list[dict]:
     started = time.perf_counter()
     sequences = distill(model, processor, pages, options.batch_size * 2, options.max_new_tokens)
     torch.save({"key": key, "sequences": sequences}, cached)
-    _log(out, {"distilled": len(sequences), "seconds": round(time.perf_counter() - started, 1)})
+    append_record(out, {"distilled": len(sequences), "seconds": round(time.perf_counter() - started, 1)})
     return sequences
-
-
-def _log(out: Path, record: dict) -> None:
-    with open(out / "log.jsonl", "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record), flush=True)

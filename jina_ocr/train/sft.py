@@ -52,6 +52,7 @@ from jina_ocr.train.evaluate import character_error_rate, transcribe
 from jina_ocr.train.glyphs import ViewGrid
 from jina_ocr.train.parallel import SOLO, Group, run_processes
 from jina_ocr.train.recipe import PROCESSOR_MODE, PageRecipe, model_config
+from jina_ocr.train.run_log import append_record
 from jina_ocr.train.supervision import AttentionProbes, GlyphHead, alignment_loss, glyph_loss
 from jina_ocr.train.tokenizer import BYTE_VOCAB_SIZE, train_tokenizer
 from jina_ocr.train.vision import (
@@ -62,7 +63,6 @@ from jina_ocr.train.vision import (
 )
 
 CHECKPOINT = "checkpoint.pt"
-LOG = "log.jsonl"
 REWARM_STEPS = 50
 GLYPH_HEAD_READY = 0.5
 """Training glyph accuracy (a running mean over steps) at which a fresh glyph head on trained towers is
@@ -589,9 +589,7 @@ class _Trainer:
         ]
         if broken:
             raise self.not_finite(", ".join(f"{key} {record[key]}" for key in broken))
-        with open(self.out / LOG, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-        print(json.dumps(record), flush=True)
+        append_record(self.out, record)
 
     def not_finite(self, what: str) -> UserError:
         """The end of a run whose loss, metrics or weights are no longer finite numbers (``what``)."""
