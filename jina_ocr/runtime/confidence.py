@@ -109,14 +109,20 @@ class Confidence:
     min_logprob: float | None = None
 
 
+def cut_short(reason: str | None) -> bool:
+    """Whether a page that ended by ``reason`` ran to its token limit (``length`` or ``loop``): its text
+    is not the whole page, however sure the model was of each token."""
+    return reason in (LENGTH, LOOP)
+
+
 def summarize(logprobs: Sequence[float] | None, reason: str | None) -> Confidence:
     """The :class:`Confidence` of a page whose tokens had ``logprobs`` (None: unknown; empty: the model
     generated nothing, as for a page without ink) and that ended by ``reason`` (None: not known, so
     not counted against it)."""
     if logprobs is None or reason == ERROR:
         return Confidence()
-    cut_short = reason in (LENGTH, LOOP)
+    short = cut_short(reason)
     if not logprobs:
-        return Confidence(0.0 if cut_short else 1.0)
+        return Confidence(0.0 if short else 1.0)
     mean = math.fsum(logprobs) / len(logprobs)
-    return Confidence(0.0 if cut_short else math.exp(mean), mean, min(logprobs))
+    return Confidence(0.0 if short else math.exp(mean), mean, min(logprobs))

@@ -28,7 +28,7 @@ from jina_ocr.loading import load
 from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.batching import BatchDriver, Generation, Page, batches
 from jina_ocr.runtime.checks import positive_int
-from jina_ocr.runtime.confidence import LENGTH, LOOP, STOP
+from jina_ocr.runtime.confidence import STOP, cut_short
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -299,9 +299,7 @@ class Converter:
         temperatures = [0.0] * len(batch)
         for attempt in range(1, self.retry_truncated + 1):
             cut = [
-                i
-                for i, outcome in enumerate(outcomes)
-                if getattr(outcome, "finish_reason", None) in (LENGTH, LOOP)
+                i for i, outcome in enumerate(outcomes) if cut_short(getattr(outcome, "finish_reason", None))
             ]
             if not cut:
                 break

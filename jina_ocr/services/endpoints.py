@@ -47,7 +47,7 @@ from jina_ocr.remote_code.generation import settings
 from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.batching import Generation
 from jina_ocr.runtime.checks import positive_int
-from jina_ocr.runtime.confidence import LENGTH, LOOP, STOP, finish_reason
+from jina_ocr.runtime.confidence import LENGTH, STOP, cut_short, finish_reason
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,
     DEFAULT_MAX_PIXELS,
@@ -589,7 +589,7 @@ def answer_page(
         return PageResult(label, number, seconds=render_seconds, error=str(error))
     temperature = 0.0
     for attempt in range(1, retry_truncated + 1):
-        if answer.finish_reason not in (LENGTH, LOOP):
+        if not cut_short(answer.finish_reason):
             break
         try:
             retried = pool.complete(png, prompt, max_new_tokens, retry_temperature(attempt))
