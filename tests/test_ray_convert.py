@@ -86,12 +86,11 @@ def test_documents_in_object_storage_convert_into_object_storage(ray_cluster, ti
     put(f"s3://{bucket}/in/readme.txt", b"not a document")
     fast = ["--model", str(tiny_export), *FAST_CONVERT]
     assert main(["convert", str(folder), "-o", str(tmp_path / "local"), *fast]) == 0
+    local = sorted((tmp_path / "local").iterdir())
+    expected = {path.name: path.read_text() for path in local if not path.name.startswith(".")}
 
     def objects(prefix: str) -> dict[str, str]:
         return {name: storage.read_text(f"s3://{bucket}/{prefix}/{name}") for name in expected}
-
-    expected = {path.name: path.read_text() for path in sorted((tmp_path / "local").iterdir())}
-    expected = {name: text for name, text in expected.items() if not name.startswith(".")}
 
     assert main(["convert", f"s3://{bucket}/in/", "-o", f"s3://{bucket}/out", *fast]) == 0
     assert objects("out") == expected
