@@ -365,7 +365,11 @@ def attention_function(implementation: str | None) -> Callable:
 
 
 class JinaOCRAttention(nn.Module):
-    """Plain multi-head attention (DeepSeek-OCR does not use MLA) with rotary positions."""
+    """Plain multi-head attention (DeepSeek-OCR does not use MLA) with rotary positions.
+
+    ``step_exact`` (FastMTP's verification sets it) computes each new position as a one-token decode step
+    would, so that the verified tokens are greedy decoding's bit for bit: CPU attention kernels round a
+    query differently beside others than alone, and one such ulp can flip a near-tie of the logits."""
 
     def __init__(self, config: JinaOCRConfig, layer_idx: int):
         super().__init__()
@@ -383,7 +387,7 @@ class JinaOCRAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(self, x, position_embeddings, attention_mask, cache: Cache | None = None, **kwargs):
+    def forward(self, x, position_embeddings, attention_mask, cache=None, step_exact=False, **kwargs):
         batch, length, _ = x.shape
         q = self.q_proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
@@ -393,8 +397,24 @@ class JinaOCRAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         attend = attention_function(self.config._attn_implementation)
-        out, _ = attend(self, q, k, v, attention_mask, scaling=self.scaling, dropout=0.0, **kwargs)
+        options = {"scaling": self.scaling, "dropout": 0.0, **kwargs}
+        if not step_exact:
+            out = attend(self, q, k, v, attention_mask, **options)[0]
+        else:  # each new position attends as a one-token step would: its own query, the keys up to it
+            steps = (
+                attend(self, *_one_step(q, k, v, attention_mask, j), **options)[0] for j in range(length)
+            )
+            out = torch.cat(list(steps), dim=1)
         return self.o_proj(out.reshape(batch, length, -1))
+
+
+def _one_step(q, k, v, mask, j: int) -> tuple:
+    """Query ``j`` of the new positions with the keys, values and mask a one-token step at it would see
+    (a dynamic cache's keys end with the new positions; a 2D mask is flash attention's padding mask)."""
+    keys = k.shape[2] - q.shape[2] + j + 1
+    if mask is not None:
+        mask = mask[:, :keys] if mask.ndim == 2 else mask[:, :, j : j + 1, :keys]
+    return q[:, :, j : j + 1], k[:, :, :keys], v[:, :, :keys], mask
 
 
 class JinaOCRMLP(nn.Module):
@@ -510,10 +530,16 @@ class JinaOCRMoE(nn.Module):
             config.hidden_size, config.moe_intermediate_size * config.n_shared_experts
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, step_exact: bool = False) -> torch.Tensor:
+        """``step_exact`` routes each position of (B, q, H) ``x`` as a one-token step would (the float32
+        router's matmul rounds a row differently beside others than alone; see ``JinaOCRAttention``)."""
         shape = x.shape
+        if step_exact:
+            routes = zip(*(self.gate(x[:, j].contiguous()) for j in range(shape[1])), strict=True)
+            weights, experts = (torch.stack(parts, dim=1).flatten(0, 1) for parts in routes)
+        else:
+            weights, experts = self.gate(x.reshape(-1, shape[-1]))
         x = x.reshape(-1, shape[-1])
-        weights, experts = self.gate(x)
         kernel = self.experts.config._experts_implementation
         if kernel == "grouped_mm" and self.experts.gate_up_proj.dtype not in GROUPED_MM_DTYPES:
             routed = grouped_dispatch(self.experts, x, experts, weights)
@@ -530,11 +556,14 @@ class JinaOCRDecoderLayer(GradientCheckpointingLayer):
         self.post_attention_layernorm = JinaOCRRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = JinaOCRMoE(config) if moe else JinaOCRMLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x, position_embeddings, attention_mask=None, cache=None, **kwargs):
+    def forward(self, x, position_embeddings, attention_mask=None, cache=None, step_exact=False, **kwargs):
         """``kwargs`` reach the attention function (as in Transformers' models), e.g. flash attention's
-        sequence-packing inputs."""
-        x = x + self.self_attn(self.input_layernorm(x), position_embeddings, attention_mask, cache, **kwargs)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        sequence-packing inputs; ``step_exact``: see ``JinaOCRAttention``."""
+        x = x + self.self_attn(
+            self.input_layernorm(x), position_embeddings, attention_mask, cache, step_exact, **kwargs
+        )
+        x_norm = self.post_attention_layernorm(x)
+        return x + (self.mlp(x_norm, step_exact) if isinstance(self.mlp, JinaOCRMoE) else self.mlp(x_norm))
 
 
 def decoder_attention_mask(

@@ -216,6 +216,7 @@ def generate_batched(
             cache=cache,
             use_cache=True,
             logits_to_keep=k + 1,
+            step_exact=k > 0,  # drafts accepted exactly when greedy decoding would give them
         )
         cache = output_cache(out)
         stats.forwards += 1

@@ -4,6 +4,7 @@ own greedy decoding, a saved quantised model loading back as it was, and ``--qua
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from jina_ocr.quantized_weights import (
     quantize_weight,
     quantized_linear,
 )
+from jina_ocr.remote_code.generation.growing_cache import growing_cache
 
 WIDE = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64}
 """SMALL with every decoder input width a multiple of int4's group of 64."""
@@ -158,6 +160,61 @@ def test_fastmtp_equals_the_quantized_models_greedy(scheme, batch):
         fast = generate(model, inputs, use_mtp=True, max_new_tokens=12)
         assert fast.tolist() == greedy.tolist()
         assert model.fastmtp_stats["verification_steps"] > 0
+
+
+@pytest.mark.parametrize("scheme", [None, *SCHEMES])
+def test_a_verification_forward_gives_each_position_its_one_token_steps_logits(scheme):
+    """What makes FastMTP exact on a bfloat16 or quantised model, near-ties of the logits included: with
+    ``step_exact`` a forward over several new positions (a verification) computes each as a one-token
+    step would, bit for bit. (Without it the CPU attention kernel and the float32 router round a
+    position differently beside others than alone.) float32 is out of reach: its CPU matmul rounds a
+    row differently in a product of several rows, and every linear layer is one."""
+    model = small_model(seed=3, dtype=torch.bfloat16, **WIDE)
+    if scheme:
+        model = quantize_model(model, Quantization(scheme))
+    inputs = page_batch(7, [128, 128], SMALL["vocab_size"], dtype=torch.bfloat16)
+    tokens = torch.randint(3, SMALL["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(0))
+
+    def logits(widths: list[int]) -> torch.Tensor:
+        """Logits of every new token, fed after the prompt in forwards of ``widths`` tokens each."""
+        cache, mask, rows = growing_cache(), inputs["attention_mask"], []
+        with torch.no_grad():
+            model(**inputs, cache=cache, use_cache=True, logits_to_keep=1)
+            for begin, width in zip(itertools.accumulate([0, *widths[:-1]]), widths, strict=True):
+                mask = torch.cat([mask, torch.ones(2, width, dtype=mask.dtype)], dim=1)
+                positions = mask.sum(1, keepdim=True) - width + torch.arange(width)
+                out = model(
+                    input_ids=tokens[:, begin : begin + width],
+                    attention_mask=mask,
+                    position_ids=positions,
+                    cache=cache,
+                    use_cache=True,
+                    step_exact=True,
+                )
+                rows.append(out.logits)
+        return torch.cat(rows, dim=1)
+
+    assert torch.equal(logits([4, 3, 4, 1]), logits([1] * 12))
+
+
+def test_a_verification_forward_routes_each_position_as_its_one_token_step():
+    """The router's float32 matmul at jina-ocr-v1's width (1280) rounds a row differently beside others
+    than alone, which the small model's width does not show: the MoE layer alone at that width, its
+    routing weights and output for four positions of one sequence against four one-token steps."""
+    from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
+    from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRMoE
+
+    torch.manual_seed(0)
+    moe = JinaOCRMoE(JinaOCRConfig(**{**SMALL, "hidden_size": 1280, "n_routed_experts": 64})).bfloat16()
+    torch.nn.init.normal_(moe.gate.weight, std=0.02)
+    x = torch.randn(1, 4, 1280, dtype=torch.bfloat16)
+    routes = []
+    moe.gate.register_forward_hook(lambda module, args, out: routes.append(out[0]))
+    with torch.no_grad():
+        steps = torch.cat([moe(x[:, j : j + 1]) for j in range(4)], dim=1)
+        verified = moe(x, step_exact=True)
+    assert torch.equal(verified, steps)
+    assert torch.equal(torch.cat(routes[4:]), torch.cat(routes[:4]))
 
 
 @pytest.fixture(scope="module")
