@@ -1,8 +1,7 @@
 """Configuration of jina-ocr-v1: DeepSeek-OCR's DeepEncoder (SAM ViT-B + CLIP-L), its DeepSeek-V2 MoE
-decoder, and the FastMTP draft head.
-
-Every dimension is a field (the defaults are the 3.34 B model). A DeepSeek-OCR ``config.json`` is accepted
-as it is: its nested ``vision_config`` / ``projector_config`` / ``language_config`` become flat fields.
+decoder, and the FastMTP draft head. Every dimension is a field (the defaults are the 3.34 B model); a
+DeepSeek-OCR ``config.json`` is accepted as it is, its nested ``vision_config`` / ``projector_config`` /
+``language_config`` read as flat fields.
 """
 
 from __future__ import annotations
@@ -80,16 +79,12 @@ def _from_vision_block(vision: dict) -> dict[str, Any]:
 class JinaOCRConfig(PretrainedConfig):
     r"""Hyper-parameters of :class:`JinaOCRForConditionalGeneration`.
 
-    SAM (``sam_``): ``sam_image_size / sam_patch_size`` is the learned position grid (64; other sizes
-    interpolate it), ``sam_global_attn_indexes`` the blocks attending globally (the others use windows of
-    ``sam_window_size``), ``sam_downsample_channels`` the two stride-2 compressor convolutions, whose last
-    width feeds CLIP and so must equal ``clip_hidden_size``. CLIP (``clip_``): its patch embedding is stored
-    but unused (SAM's features replace it); ``clip_image_size / clip_patch_size`` is its position grid.
-
-    Decoder (DeepSeek-V2 names): plain multi-head attention (no ``use_mla``); layers from
-    ``first_k_dense_replace`` on route each token to ``num_experts_per_tok`` of ``n_routed_experts`` by
-    softmax probability (renormalised only with ``norm_topk_prob``) plus ``n_shared_experts`` fused ones.
-
+    SAM: ``sam_image_size / sam_patch_size`` is the learned position grid (64; other sizes interpolate
+    it), ``sam_global_attn_indexes`` the blocks attending globally (the others use ``sam_window_size``
+    windows), ``sam_downsample_channels`` the two stride-2 compressor convolutions, whose last width feeds
+    CLIP (``clip_hidden_size``). CLIP's patch embedding is stored but unused (SAM's features replace it).
+    Decoder (DeepSeek-V2 names): plain multi-head attention; layers from ``first_k_dense_replace`` on route
+    each token to ``num_experts_per_tok`` of ``n_routed_experts`` plus ``n_shared_experts`` fused ones.
     FastMTP: ``num_nextn_predict_layers`` heads (0 in DeepSeek-OCR, 1 in jina-ocr-v1), applied recursively
     ``mtp_num_speculative_steps`` times. Public ports disagree on the main-model state draft step 1 reads
     (``mtp_first_hidden``) and the head state fed back for steps 2..K (``mtp_feedback_hidden``):

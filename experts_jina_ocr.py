@@ -4,10 +4,9 @@ Checkpoints keep one module per expert: ``<layer>.mlp.experts.<e>.{gate,up}_proj
 ``...down_proj.weight`` (H, I). The model holds each layer's experts fused, as Transformers' expert kernels
 (grouped_mm, batched_mm) read them: ``mlp.experts.gate_up_proj`` (E, 2I, H), each expert's gate rows before
 its up rows, and ``mlp.experts.down_proj`` (E, H, I). Fused, dispatch needs no value from the device
-(grouped_mm takes its offsets as a tensor; per-expert modules need token counts on the host). Conversions:
-``from_pretrained`` / ``save_pretrained`` use the converter of :func:`register_conversion`;
-``load_state_dict`` uses :func:`fuse_on_load`; files written without ``save_pretrained`` use
-:func:`checkpoint_layout`.
+(grouped_mm takes its offsets as a tensor; per-expert modules need token counts on the host).
+``from_pretrained`` / ``save_pretrained`` convert with :func:`register_conversion`, ``load_state_dict``
+with :func:`fuse_on_load`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import torch
 PER_EXPERT = re.compile(
     r"^(?P<experts>(?:.*\.)?mlp\.experts)\.(?P<index>\d+)\.(?P<proj>gate|up|down)_proj\.weight$"
 )
-FUSED = re.compile(r"^(?P<experts>(?:.*\.)?mlp\.experts)\.(?P<name>gate_up_proj|down_proj)$")
 
 
 def fused_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -44,26 +42,6 @@ def fused_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             [torch.cat([parts[e, "gate"], parts[e, "up"]]) for e in range(count)]
         )
         out[f"{experts}.down_proj"] = torch.stack([parts[e, "down"] for e in range(count)])
-    return out
-
-
-def checkpoint_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Fused tensors -> one contiguous tensor per expert and projection (no storage shared with the
-    model, as safetensors requires); every other key as it is."""
-    out = {}
-    for key, tensor in state.items():
-        if (match := FUSED.match(key)) is None:
-            out[key] = tensor
-            continue
-        if match["name"] == "down_proj":
-            parts = {"down": tensor}
-        else:
-            parts = dict(zip(("gate", "up"), tensor.chunk(2, dim=1), strict=True))
-        for e in range(tensor.shape[0]):
-            for proj, stacked in parts.items():
-                out[f"{match['experts']}.{e}.{proj}_proj.weight"] = stacked[e].clone(
-                    memory_format=torch.contiguous_format
-                )
     return out
 
 

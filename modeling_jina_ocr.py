@@ -1,19 +1,18 @@
 """jina-ocr-v1: DeepSeek-OCR's DeepEncoder and DeepSeek-V2 MoE decoder, plus the FastMTP draft head.
 
-Data flow for one page (SPEC: vision, fusion, visual sequence, decoder):
+One page (SPEC: vision, fusion, visual sequence, decoder):
 
     global view (S x S) and 640-px tiles
-      -> SAM ViT-B (windowed + global attention with decomposed relative positions)
-      -> neck and two stride-2 convolutions (16x fewer tokens: 64 x 64 patches -> 16 x 16)
+      -> SAM ViT-B (windowed + global attention with decomposed relative positions), its neck and two
+         stride-2 convolutions (16x fewer tokens: 64 x 64 patches -> 16 x 16)
       -> CLIP-L, whose patch embeddings are replaced by SAM's features
       -> [CLIP without class token | SAM] (2048 channels) -> linear projector (decoder width)
-      -> visual sequence: tiles as one big grid with a newline vector per row, the global view with a
-         newline per row, one separator; it replaces the ``<image>`` placeholders of the prompt
-      -> decoder: pre-norm layers, rotary MHA, layer 0 dense SwiGLU, the others MoE (top-k of softmax
-         router probabilities, not renormalised, plus shared experts)
+      -> visual sequence in place of the prompt's ``<image>`` placeholders: the tiles as one grid, then
+         the global view, each with a newline vector per row, then one separator
+      -> decoder: pre-norm, rotary MHA, layer 0 dense SwiGLU, the others MoE (top-k of softmax router
+         probabilities, not renormalised, plus shared experts)
 
-Module and parameter names mirror the checkpoint keys, except the routed experts, held fused for
-Transformers' expert kernels and converted from and to per-expert checkpoints (:mod:`experts_jina_ocr`).
+Names mirror the checkpoint keys, except the routed experts, held fused (:mod:`experts_jina_ocr`).
 """
 
 from __future__ import annotations
@@ -53,9 +52,6 @@ logger = logging.get_logger(__name__)
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """At least float32: norms, routing and logits are computed in float32, float64 stays float64."""
     return torch.promote_types(dtype, torch.float32)
-
-
-# SAM ViT-B
 
 
 class LayerNorm2d(nn.Module):
@@ -209,9 +205,6 @@ class SAMEncoder(nn.Module):
         return self.net_3(self.net_2(x))  # (B, C, S/p, S/p), p = config.pixels_per_visual_token
 
 
-# CLIP-L (patch embeddings replaced by SAM's features)
-
-
 class CLIPEmbeddings(nn.Module):
     def __init__(self, config: JinaOCRConfig):
         super().__init__()
@@ -278,17 +271,6 @@ class CLIPLayer(GradientCheckpointingLayer):
         return x + self.mlp(self.layer_norm2(x))
 
 
-class CLIPTransformer(nn.Module):
-    def __init__(self, config: JinaOCRConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(CLIPLayer(config) for _ in range(config.clip_num_layers))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
 class CLIPVisionEncoder(nn.Module):
     """CLIP-L over SAM's features; no final layer norm (DeepSeek-OCR uses the last layer's output)."""
 
@@ -296,10 +278,14 @@ class CLIPVisionEncoder(nn.Module):
         super().__init__()
         self.embeddings = CLIPEmbeddings(config)
         self.pre_layrnorm = nn.LayerNorm(config.clip_hidden_size, eps=config.clip_layer_norm_eps)
-        self.transformer = CLIPTransformer(config)
+        layers = nn.ModuleList(CLIPLayer(config) for _ in range(config.clip_num_layers))
+        self.transformer = nn.ModuleDict({"layers": layers})
 
     def forward(self, sam_features: torch.Tensor) -> torch.Tensor:
-        return self.transformer(self.pre_layrnorm(self.embeddings(sam_features)))
+        x = self.pre_layrnorm(self.embeddings(sam_features))
+        for layer in self.transformer.layers:
+            x = layer(x)
+        return x
 
 
 class Projector(nn.Module):
@@ -311,9 +297,6 @@ class Projector(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
-
-
-# Decoder
 
 
 class JinaOCRRMSNorm(nn.Module):
@@ -365,11 +348,10 @@ def attention_function(implementation: str | None) -> Callable:
 
 
 class JinaOCRAttention(nn.Module):
-    """Plain multi-head attention (DeepSeek-OCR does not use MLA) with rotary positions.
-
-    ``step_exact`` (FastMTP's verification sets it) computes each new position as a one-token decode step
-    would, so that the verified tokens are greedy decoding's bit for bit: CPU attention kernels round a
-    query differently beside others than alone, and one such ulp can flip a near-tie of the logits."""
+    """Plain multi-head attention (DeepSeek-OCR does not use MLA) with rotary positions. ``step_exact``
+    (FastMTP's verification) computes each new position as a one-token step would, so verified tokens are
+    greedy decoding's bit for bit: CPU kernels round a query beside others differently than alone, and
+    one ulp can flip a near-tie of the logits."""
 
     def __init__(self, config: JinaOCRConfig, layer_idx: int):
         super().__init__()
@@ -486,10 +468,9 @@ class JinaOCRExperts(nn.Module):
 def grouped_dispatch(
     experts_module: JinaOCRExperts, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
-    """The eager forward: token slots sorted by expert, each expert that received tokens run once on its
-    group, with one host read per layer (the per-expert counts); the rest stays on the device. Also
-    serves dtypes grouped_mm lacks (float64). Kept out of ``torch.compile``: tracing this data-dependent
-    loop recompiles the decoder layers until the compiler gives up."""
+    """The eager forward: token slots sorted by expert, each expert run once on its group, with one host
+    read per layer (the per-expert counts). Also serves dtypes grouped_mm lacks (float64). Kept out of
+    ``torch.compile``: tracing this data-dependent loop recompiles the layers until the compiler gives up."""
     tokens, top_k = experts.shape
     if tokens == 1:  # a decode step of one sequence: its k experts in slot order, nothing to sort
         outputs = torch.cat([experts_module.expert(expert, x) for expert in experts[0].tolist()])
@@ -575,17 +556,12 @@ def decoder_attention_mask(
     implementation: str | None,
     cache_length: int | None = None,
 ) -> torch.Tensor | None:
-    """The mask the attention function expects: causal plus key padding.
-
-    Eager and sdpa take an additive (B, 1, q, kv) mask; flash attention takes the 2D padding mask
-    and applies causality itself. None only when nothing can need masking (one query and no 2D
-    mask). Whether a given 2D mask holds padding is never read back from the device: that would
-    stall every decode step on a GPU, while building the small mask costs next to nothing.
-
-    A static cache returns keys for all ``cache_length`` slots, the unwritten ones included; the
-    causal rule masks those (they lie after every query), and ``past_length`` may then be a device
-    tensor. A 4D mask (what Transformers' ``generate`` builds for static caches) is used as given.
-    """
+    """The mask the attention function expects: causal plus key padding; eager and sdpa take an additive
+    (B, 1, q, kv) mask, flash attention the 2D padding mask (it applies causality itself). None only when
+    nothing can need masking (one query, no 2D mask): whether a 2D mask holds padding is never read back
+    from the device, which would stall every GPU decode step. A static cache returns keys for all
+    ``cache_length`` slots, which the causal rule masks (``past_length`` may then be a device tensor);
+    a 4D mask (what ``generate`` builds for static caches) is used as given."""
     if attention_mask is not None and attention_mask.ndim == 4:
         if attention_mask.dtype != torch.bool:
             return attention_mask.to(dtype)
@@ -609,17 +585,11 @@ def decoder_attention_mask(
     )
 
 
-# FastMTP head
-
-
 class JinaOCRMTPHead(nn.Module):
-    """One FastMTP draft step: ``x = block(eh_proj([enorm(e(x_{j+1})) ; hnorm(h_j)]))`` predicts x_{j+2}.
-
-    Embedding, final norm and LM head are the main model's: the caller passes the embeddings of x_{j+1}
-    and applies ``model.norm`` and ``lm_head``. ``position_ids`` are those of h_j (vLLM's convention),
-    and the entry at position 0 has its embedding zeroed, as in vLLM (heads stay portable). The block
-    is one dense decoder layer with a KV cache of its own.
-    """
+    """One FastMTP draft step: ``x = block(eh_proj([enorm(e(x_{j+1})) ; hnorm(h_j)]))`` predicts x_{j+2};
+    the block is one dense decoder layer with a KV cache of its own. Embedding, final norm and LM head
+    are the main model's (the caller embeds x_{j+1} and applies them). ``position_ids`` are those of h_j
+    and the entry at position 0 has its embedding zeroed, as in vLLM (heads stay portable)."""
 
     def __init__(self, config: JinaOCRConfig):
         super().__init__()
@@ -648,17 +618,6 @@ class JinaOCRMTPHead(nn.Module):
         return self.mtp_block(x, rope, mask, cache)
 
 
-class JinaOCRMTPModule(nn.Module):
-    """Holds the FastMTP heads under ``mtp_module.heads.N`` (jina-ocr-v1 has one, used recursively)."""
-
-    def __init__(self, config: JinaOCRConfig):
-        super().__init__()
-        self.heads = nn.ModuleList(JinaOCRMTPHead(config) for _ in range(config.num_nextn_predict_layers))
-
-
-# Models
-
-
 @dataclass
 class JinaOCRModelOutput(BaseModelOutputWithPast):
     """Adds the decoder state before the final norm, which FastMTP may read (``mtp_first_hidden``)."""
@@ -678,7 +637,6 @@ class JinaOCRPreTrainedModel(PreTrainedModel):
     config_class = JinaOCRConfig
     config: JinaOCRConfig
     base_model_prefix = "model"
-    main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["JinaOCRDecoderLayer", "SAMBlock", "CLIPLayer", "JinaOCRMTPHead"]
     _supports_sdpa = True
@@ -691,12 +649,10 @@ class JinaOCRPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Conv2d)):
+        if isinstance(module, (nn.Linear, nn.Conv2d, nn.Embedding)):
             module.weight.normal_(0.0, std)
-            if module.bias is not None:
+            if getattr(module, "bias", None) is not None:
                 module.bias.zero_()
-        elif isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, std)
         elif isinstance(module, (nn.LayerNorm, LayerNorm2d)):
             module.weight.fill_(1.0)
             module.bias.zero_()
@@ -732,12 +688,6 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
-
     def view_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """(N, 3, S, S) views -> (N, (S/p)^2, CLIP + SAM channels): the projector's input."""
         sam = self.sam_model(pixel_values)
@@ -754,11 +704,9 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         pixel_values_local: torch.Tensor | None = None,
         image_grids: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
-        """The visual sequence of every image, in order: tiles grid, global view, separator.
-
-        ``image_grids[k] = (i, j)`` is image k's tile grid (columns, rows), (0, 0) without tiles;
-        ``pixel_values_local`` holds all tiles, image after image, each image's tiles row-major.
-        """
+        """The visual sequence of every image: tiles grid, global view, separator. ``image_grids[k]`` is
+        image k's tile grid (columns, rows), (0, 0) without tiles; ``pixel_values_local`` holds all tiles,
+        image after image, each image's row-major."""
         token_pixels = self.config.pixels_per_visual_token
         pixel_values = _check_pixels(pixel_values, "pixel_values", self.dtype, token_pixels)
         num_images = pixel_values.shape[0]
@@ -833,8 +781,8 @@ class JinaOCRModel(JinaOCRPreTrainedModel):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache()
-        # A static cache counts its tokens on the device: read only when pixel inputs make it matter,
-        # since images are encoded on the first forward only (older releases pass them on every step).
+        # Images are encoded on the first forward only (older releases pass them on every step); a
+        # static cache counts its tokens on the device, so that is read only when there are pixels.
         past_length = cache.get_seq_length() if cache is not None else 0
         cache_length = static_cache_length(cache)
         if pixel_values is not None and int(past_length) == 0:
@@ -892,8 +840,9 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.model = JinaOCRModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.num_nextn_predict_layers:
-            self.mtp_module = JinaOCRMTPModule(config)
+        if config.num_nextn_predict_layers:  # ``mtp_module.heads.N``; jina-ocr-v1 has one, used recursively
+            heads = nn.ModuleList(JinaOCRMTPHead(config) for _ in range(config.num_nextn_predict_layers))
+            self.mtp_module = nn.ModuleDict({"heads": heads})
         else:
             logger.warning_once(
                 "this checkpoint has no FastMTP head (num_nextn_predict_layers is 0, as in DeepSeek-OCR): "
@@ -901,24 +850,10 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             )
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
     def ocr_pipeline(self, processor=None, **kwargs):
-        """This model as its OCR pipeline (``pipeline("image-to-text", trust_remote_code=True)``).
-
+        """This model as its OCR pipeline (``pipeline("image-to-text", trust_remote_code=True)``);
         ``processor`` defaults to the one saved beside the weights. Importing the pipeline module here
-        also makes ``save_pretrained``/``push_to_hub`` ship it with the code.
-        """
+        makes ``save_pretrained``/``push_to_hub`` ship it with the code."""
         from .pipeline_jina_ocr import JinaOCRPipeline
 
         if processor is None:
@@ -975,32 +910,15 @@ class JinaOCRForConditionalGeneration(JinaOCRPreTrainedModel, GenerationMixin):
             pre_norm_hidden_state=outputs.pre_norm_hidden_state,
         )
 
-    def generate(
-        self,
-        inputs=None,
-        generation_config=None,
-        logits_processor=None,
-        stopping_criteria=None,
-        streamer=None,
-        **kwargs,
-    ):
-        """``GenerationMixin.generate`` plus FastMTP and the loop guard (generation/dispatch.py).
-
-        Extra options, defaulting to ``generation_config.json``: ``use_mtp``, ``mtp_num_speculative_steps``
-        (1..K drafts per step, at most), ``mtp_adaptive_drafting`` (draft fewer while drafts fail),
-        ``loop_guard_ngram_size`` (0: no guard), ``loop_guard_window``, ``loop_guard_exempt_token_ids``.
-        After a FastMTP call, ``self.fastmtp_stats`` holds its drafting and acceptance counts.
-        """
-        return fastmtp_generate(
-            self,
-            super().generate,
-            inputs,
-            generation_config=generation_config,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-            streamer=streamer,
-            **kwargs,
-        )
+    def generate(self, *args, **kwargs):
+        """``GenerationMixin.generate`` (positional: ``inputs``, ``generation_config``, ``logits_processor``,
+        ``stopping_criteria``, ``streamer``) plus FastMTP and the loop guard (generation/dispatch.py). Extra
+        options, defaulting to ``generation_config.json``: ``use_mtp``, ``mtp_num_speculative_steps`` (1..K
+        drafts per step, at most), ``mtp_adaptive_drafting`` (pick each step's draft count for speed),
+        ``loop_guard_ngram_size`` (n; 0: no guard), ``loop_guard_window`` (last generated tokens searched),
+        ``loop_guard_exempt_token_ids`` (never banned: table cells repeat). ``self.fastmtp_stats`` then
+        holds a FastMTP call's drafting and acceptance counts."""
+        return fastmtp_generate(self, super().generate, *args, **kwargs)
 
 
 register_conversion(("JinaOCRForConditionalGeneration", "JinaOCRModel"))

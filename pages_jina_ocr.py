@@ -1,28 +1,25 @@
 """The page loader of jina-ocr-v1: whatever holds a page in, one upright RGB PIL image out.
 
-Every way into the model reads pages here: the processor (``JinaOCRImageProcessor.load_image``), the
-OCR pipeline, and, through ``jina_ocr.runtime.documents``, ``jina-ocr convert`` and ``jina-ocr serve``. So a
-file gives the same pixels whichever door it comes through. The rules, each applied in one place:
+Every way into the model reads pages here (the processor's ``load_image``, the OCR pipeline and, through
+``jina_ocr.runtime.documents``, ``jina-ocr convert`` and ``serve``), so a file gives the same pixels
+whichever door it comes through. The rules, each applied in one place:
 
-- Orientation: the EXIF orientation tag (JPEG, TIFF, WebP, PNG) is applied, so the page is upright.
+- Orientation: the EXIF orientation tag (JPEG, TIFF, WebP, PNG) is applied.
 - Transparency (``RGBA``, ``LA``, ``PA``, ``RGBa``, a palette or colour key with ``transparency``) is
-  composited on white paper with Pillow's ``alpha_composite``: a transparent pixel becomes white.
-- 16-bit samples (``I;16`` and its byte orders, ``uint16`` arrays) become 8-bit by rounding to the
-  nearest level: ``v8 = round(v16 / 257)`` (65535 = 255 x 257), so 30000 becomes 117 and 65535 255.
-  Mode ``I`` (32-bit integer, how 16-bit greyscale is stored by some readers) is taken as 16-bit
-  samples, clipped to 0..65535. Pillow's own conversion would clip every value above 255 to white.
+  composited on white paper with Pillow's ``alpha_composite``.
+- 16-bit samples (``I;16`` and its byte orders, ``uint16`` arrays; mode ``I``, as some readers store
+  16-bit grey, clipped to 0..65535) become 8-bit rounded to the nearest level, ``v8 = round(v16 / 257)``
+  (65535 = 255 x 257): Pillow's own conversion would clip every value above 255 to white.
 - Floating-point samples (mode ``F``, float arrays) must lie in [0, 1]; ``v8 = round(v * 255)``.
 - Bilevel (``1``, as CCITT group 3/4 TIFF scans are read) and palette images become black/white and
   their palette colours.
 - CMYK becomes RGB with Pillow's conversion. Pillow reads every CMYK JPEG with Adobe's inverted
-  polarity; that is right for files with Adobe's APP14 marker (Photoshop's) and wrong for the others,
-  whose values are stored as they are, so those are inverted back first.
+  polarity, right only for files with Adobe's APP14 marker (Photoshop's): the others are inverted back.
 - Size: the pixel count is checked from the image header (or the PDF page box) before anything is
-  decoded or rendered, with our own message. Pillow's decompression-bomb check is switched off for
-  that one open and decode (ours replaces it), so the limit can be raised past Pillow's default.
-- Formats: PNG, JPEG, TIFF, WebP and BMP images. PDFs are documents: the installed tools render their
-  pages (``jina_ocr.runtime.pdf``, with this file's size check and errors) and hand them here as images.
-- URLs are refused: this loader never fetches anything (``jina_ocr`` fetches URLs with limits).
+  decoded, with our own message; Pillow's decompression-bomb check is off for that one open and decode,
+  so the limit can be raised past Pillow's default.
+- Formats: PNG, JPEG, TIFF, WebP and BMP. PDFs are documents: the installed tools render their pages
+  (``jina_ocr.runtime.pdf``) and hand them here as images. URLs are refused: this loader never fetches.
 
 This file ships to the Hub as remote code: it imports only PIL, NumPy and torch.
 """
@@ -44,14 +41,8 @@ from PIL import Image, ImageChops, ImageOps, UnidentifiedImageError
 DEFAULT_MAX_PIXELS = 80_000_000
 """Largest page bitmap the loader creates (240 MB as RGB). A 600 dpi A3 scan (70 M pixels) fits."""
 
-SERVER_MAX_PIXELS = 40_000_000
-"""The default limit of ``jina-ocr serve``, stricter than :data:`DEFAULT_MAX_PIXELS`: a server decodes
-the pages of many clients at once (each request keeps a batch of pages in flight) from bytes anyone
-can send, while ``convert`` reads one user's own files one page at a time."""
-
 IMAGE_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP", "BMP")
-"""Pillow formats the loader opens. Only TIFF pages are read as multi-page; other formats use their
-first frame."""
+"""Pillow formats the loader opens; only TIFF is read as multi-page, other formats use their first frame."""
 
 EXIF_ORIENTATION = 0x0112
 
@@ -84,18 +75,10 @@ class DamagedPageError(PageError):
     """A page whose data is broken: it could not be decoded, or MuPDF reported damage rendering it."""
 
 
-# ----------------------------------------------------------------------------------------------------
-# The entry point
-# ----------------------------------------------------------------------------------------------------
-
-
 def load_page(source: Any, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """``source`` as an upright RGB page, by the rules of this module.
-
-    ``source`` is a PIL image, a path, the bytes of an image file, a NumPy array or a torch tensor
-    (see :func:`array_to_image` for the layouts and dtypes). ``max_pixels`` None disables the limit.
-    Raises :class:`PageError` naming the problem, ``TypeError`` for anything else.
-    """
+    """``source`` (a PIL image, a path, an image file's bytes, a NumPy array or a torch tensor: see
+    :func:`array_to_image`) as an upright RGB page, by the rules of this module; ``max_pixels`` None
+    disables the limit. Raises :class:`PageError` naming the problem, ``TypeError`` for anything else."""
     if isinstance(source, Image.Image):
         return decode_image(source, max_pixels, "the image")
     if isinstance(source, str) and _URL.match(source):
@@ -140,11 +123,6 @@ def check_page_size(size: tuple[int, int], max_pixels: int | None, subject: str,
         )
 
 
-# ----------------------------------------------------------------------------------------------------
-# Image files
-# ----------------------------------------------------------------------------------------------------
-
-
 @contextmanager
 def _pillow_bomb_check_off() -> Iterator[None]:
     """Pillow's decompression-bomb check off while the caller opens or decodes an image whose size it
@@ -160,11 +138,8 @@ def _pillow_bomb_check_off() -> Iterator[None]:
 
 
 def open_image(source: str | os.PathLike | bytes | bytearray | memoryview, subject: str) -> Image.Image:
-    """Open an image file or its bytes lazily: the header is read, no pixel is decoded.
-
-    Raises :class:`PageError` for a missing file, a folder, a PDF or bytes that are not an image in
-    one of :data:`IMAGE_FORMATS`.
-    """
+    """Open an image file or its bytes lazily (the header is read, no pixel is decoded); raises
+    :class:`PageError` for a missing file, a folder, a PDF or anything not in :data:`IMAGE_FORMATS`."""
     is_path = isinstance(source, (str, os.PathLike))
     handle = os.fspath(source) if is_path else io.BytesIO(bytes(source))
     try:
@@ -219,12 +194,9 @@ def _not_an_image(source, is_path: bool) -> str:
 
 
 def upright_size(image: Image.Image) -> tuple[int, int]:
-    """The (width, height) :func:`decode_image` will return, read from the header without decoding.
-
-    EXIF orientations 5-8 turn the page by 90 degrees. A PNG whose eXIf chunk comes after the pixel
-    data is taken as unrotated here, because Pillow would decode the whole image to find it (the
-    pixel count, which the limit is about, is the same either way).
-    """
+    """The (width, height) :func:`decode_image` will return, read from the header: EXIF orientations
+    5-8 turn the page by 90 degrees. A PNG whose eXIf chunk follows the pixel data is taken as unrotated,
+    as Pillow would decode the whole image to find it (the pixel count is the same either way)."""
     width, height = image.size
     if image.format == "PNG" and "exif" not in image.info:
         return width, height
@@ -240,11 +212,8 @@ def check_image_size(image: Image.Image, max_pixels: int | None, subject: str) -
 
 
 def decode_image(image: Image.Image, max_pixels: int | None, subject: str) -> Image.Image:
-    """The current frame of an open (possibly not yet decoded) image as an upright RGB page.
-
-    The size is checked from the header first; then the pixels are decoded (Pillow's bomb check off
-    only when the page is within our limit and above Pillow's), oriented and converted.
-    """
+    """The current frame of an open image as an upright RGB page: the size is checked from the header,
+    then the pixels are decoded (Pillow's bomb check off only when within our limit and above Pillow's)."""
     check_image_size(image, max_pixels, subject)
     pillow_limit = Image.MAX_IMAGE_PIXELS
     try:
@@ -318,11 +287,6 @@ def unit_to_eight(values: np.ndarray, subject: str) -> np.ndarray:
     return np.floor(values * 255.0 + 0.5).astype(np.uint8)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Arrays and tensors
-# ----------------------------------------------------------------------------------------------------
-
-
 def _tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     tensor = tensor.detach().cpu()
     if tensor.dtype in (torch.bfloat16, torch.float16):
@@ -337,13 +301,11 @@ def _array_subject(array: np.ndarray) -> str:
 def array_to_image(array: np.ndarray, channels_first: bool = False) -> Image.Image:
     """A PIL image holding the page of a NumPy array, for :func:`decode_image` to check and convert.
 
-    Layouts: ``H x W`` (grey), ``H x W x C`` or ``C x H x W`` with C = 1 (grey), 3 (RGB) or 4 (RGBA,
-    composited on white). A 3-axis array is read in its library's convention, channels last for NumPy
-    (as ``numpy.asarray(image)`` gives) and channels first for torch (``channels_first``, as
-    torchvision gives), and in the other layout only when the conventional axis cannot hold channels.
-    Dtypes: ``uint8`` (0-255), ``uint16`` (0-65535, rounded to 8-bit as 16-bit files are), ``bool``
-    (bilevel) and floats in [0, 1]. Other integer dtypes are refused rather than guessed at.
-    """
+    Layouts: ``H x W`` (grey), ``H x W x C`` or ``C x H x W`` with C = 1 (grey), 3 (RGB) or 4 (RGBA).
+    A 3-axis array is read channels last for NumPy (as ``numpy.asarray(image)`` gives) and channels first
+    for torch (``channels_first``, as torchvision gives), the other way only when that axis cannot hold
+    channels. Dtypes: ``uint8``, ``uint16`` (rounded as 16-bit files are), ``bool`` and floats in [0, 1];
+    other integer dtypes are refused rather than guessed at."""
     subject = _array_subject(array)
     if array.ndim == 3:
         first, last = array.shape[0] in (1, 3, 4), array.shape[-1] in (1, 3, 4)

@@ -1,12 +1,10 @@
 """The OCR pipeline shipped with the model: a page image in, Markdown out.
 
-``pipeline("image-to-text", model=repo, trust_remote_code=True)`` finds this class through the
-``custom_pipelines`` entry of config.json (it takes precedence over the library's redirect of
-"image-to-text" to "image-text-to-text"). Inputs: a PIL image, an image path or bytes, an array, or a
-list of these, read by the model's page loader (``pages_jina_ocr``), so the model sees the same pixels
-as through the processor, ``jina-ocr convert`` or ``jina-ocr serve``. PDFs are documents, not pages:
-``jina-ocr convert`` and ``jina_ocr.convert`` render them. Outputs follow the image-to-text convention:
-``[{"generated_text": markdown}]``.
+``pipeline("image-to-text", model=repo, trust_remote_code=True)`` finds this class through config.json's
+``custom_pipelines`` (which takes precedence over the library's redirect to "image-text-to-text"). Inputs
+(an image, path, bytes or array, or a list of them) are read by the model's page loader, so the model sees
+the same pixels as through the processor or ``jina-ocr``; PDFs are documents, which ``jina-ocr convert``
+renders. Outputs follow the image-to-text convention: ``[{"generated_text": markdown}]``.
 """
 
 from __future__ import annotations

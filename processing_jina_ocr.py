@@ -1,9 +1,9 @@
 """Processor of jina-ocr-v1: page images and a prompt in, model inputs out; generated ids in, Markdown out.
 
-:class:`JinaOCRImageProcessor` cuts a page into what DeepSeek-OCR's DeepEncoder was trained on, to the
-pixel (a letter-boxed global view and, in "Gundam" mode, 640 px tiles following the aspect ratio: SPEC
-section 4). :class:`JinaOCRProcessor` writes the prompt, expands each ``<image>`` marker into as many
-placeholders as the model places visual vectors, left-pads batches and turns generated ids into Markdown.
+:class:`JinaOCRImageProcessor` cuts a page as DeepSeek-OCR's DeepEncoder was trained, to the pixel (a
+letter-boxed global view and, in "Gundam" mode, 640 px tiles following the aspect ratio: SPEC section 4).
+:class:`JinaOCRProcessor` writes the prompt, expands each ``<image>`` marker into one placeholder per
+visual vector, left-pads batches and turns generated ids into Markdown.
 """
 
 from __future__ import annotations
@@ -42,19 +42,20 @@ _OWN_LIMIT = object()  # "use the image processor's max_image_pixels"
 _MAX_STRETCHED_VIEW = 640
 
 _SIDES = range(1, MAX_TILES + 1)
-_GRIDS = sorted(((i, j) for i in _SIDES for j in _SIDES if MIN_TILES <= i * j <= MAX_TILES), key=math.prod)
+TILE_GRIDS = sorted(
+    ((i, j) for i in _SIDES for j in _SIDES if MIN_TILES <= i * j <= MAX_TILES), key=math.prod
+)
 
 
 def select_tile_grid(width: int, height: int) -> tuple[int, int] | None:
-    """The (columns, rows) of 640 px tiles DeepSeek-OCR cuts a ``width`` x ``height`` page into, or None.
-
-    Pages that fit in one tile get none; otherwise the first 2-9 tile grid (by tile count) closest in aspect
-    ratio wins, and on an exact tie a larger grid only when the page has more than half of its pixels."""
+    """The (columns, rows) of 640 px tiles DeepSeek-OCR cuts a ``width`` x ``height`` page into, or None
+    for a page within one tile: the first grid closest in aspect ratio, on an exact tie a larger grid
+    only when the page has more than half of its pixels."""
     if width <= TILE_SIZE and height <= TILE_SIZE:
         return None
     aspect = width / height
     best, best_diff = None, math.inf
-    for i, j in _GRIDS:
+    for i, j in TILE_GRIDS:
         diff = abs(aspect - i / j)
         if diff < best_diff:
             best, best_diff = (i, j), diff
@@ -78,13 +79,6 @@ def count_image_tokens(
     return count
 
 
-def max_image_tokens(mode: str, pixels_per_token: int = PIXELS_PER_TOKEN) -> int:
-    """The most placeholders one page can take in ``mode`` (with its largest tile grid, if it tiles)."""
-    view_size, tiled = _mode_settings(mode)
-    grids = [None, *(_GRIDS if tiled else [])]
-    return max(count_image_tokens(view_size, grid, pixels_per_token) for grid in grids)
-
-
 def _mode_settings(mode: str) -> tuple[int, bool]:
     try:
         return MODES[mode.lower()]
@@ -93,9 +87,8 @@ def _mode_settings(mode: str) -> tuple[int, bool]:
 
 
 class JinaOCRImagesKwargs(ImagesKwargs, total=False):
-    """The options of :class:`JinaOCRImageProcessor`: ``mode`` (a key of :data:`MODES`), ``max_image_pixels``
-    (refuse larger images before decoding them; None: no limit) and ``pixels_per_token`` (the config's
-    ``pixels_per_visual_token``)."""
+    """``mode`` (a key of :data:`MODES`), ``max_image_pixels`` (refuse larger images before decoding
+    them; None: no limit) and ``pixels_per_token`` (the config's ``pixels_per_visual_token``)."""
 
     mode: str | None
     max_image_pixels: int | None
@@ -103,12 +96,10 @@ class JinaOCRImagesKwargs(ImagesKwargs, total=False):
 
 
 class JinaOCRImageProcessor(PilBackend):
-    """DeepSeek-OCR's dynamic-resolution preprocessing: a global view plus, in Gundam mode, 640 px tiles.
-
-    Outputs ``pixel_values`` (n_images, 3, S, S), ``pixel_values_local`` (n_tiles, 3, 640, 640; row-major
-    per image) and ``image_grids`` (n_images, 2; (columns, rows) or (0, 0)). Each view is resized once with
-    PIL bicubic and normalised in place with exactly torchvision's ``ToTensor`` + ``Normalize`` arithmetic.
-    """
+    """DeepSeek-OCR's dynamic-resolution preprocessing: ``pixel_values`` (n_images, 3, S, S) global views,
+    ``pixel_values_local`` (n_tiles, 3, 640, 640; row-major per image) and ``image_grids`` (n_images, 2;
+    (columns, rows) or (0, 0)). Each view is resized once with PIL bicubic and normalised in place with
+    exactly torchvision's ``ToTensor`` + ``Normalize`` arithmetic."""
 
     valid_kwargs = JinaOCRImagesKwargs
     model_input_names = ["pixel_values", "pixel_values_local", "image_grids"]
@@ -140,9 +131,9 @@ class JinaOCRImageProcessor(PilBackend):
         return count_image_tokens(view_size, self.grid_for(width, height, mode), self.pixels_per_token)
 
     def load_image(self, image: Any, max_image_pixels: int | None | object = _OWN_LIMIT) -> Image.Image:
-        """Open ``image`` (PIL image, path, bytes, array or tensor) as an upright RGB page with the loader
-        shared by every way into the model (``pages_jina_ocr.load_page``). Raises ``ValueError`` for an
-        empty, unreadable or URL image, or one above ``max_image_pixels`` (default: the processor's)."""
+        """``image`` (PIL image, path, bytes, array or tensor) as an upright RGB page, by the loader of
+        every way into the model (``pages_jina_ocr.load_page``); ``ValueError`` for an empty, unreadable
+        or URL image, or one above ``max_image_pixels`` (default: the processor's)."""
         limit = self.max_image_pixels if max_image_pixels is _OWN_LIMIT else max_image_pixels
         return load_page(image, limit)
 
@@ -158,11 +149,11 @@ class JinaOCRImageProcessor(PilBackend):
     ) -> BatchFeature:
         """Replaces the generic per-image pipeline: each view is resized straight into its slice of the
         outputs, on a few threads (PIL releases the GIL while resampling), then normalised in place."""
-        view_size, tiled = _mode_settings(mode or self.mode)
+        view_size, _ = _mode_settings(mode or self.mode)
         pages = [self.load_image(image, max_image_pixels) for image in _flatten_images(images)]
         if not pages:
             raise ValueError("no images were given")
-        grids = [select_tile_grid(*page.size) if tiled else None for page in pages]
+        grids = [self.grid_for(*page.size, mode) for page in pages]
         n_tiles = sum(i * j for i, j in (grid for grid in grids if grid is not None))
         pixel_values = torch.empty(len(pages), 3, view_size, view_size, dtype=torch.float32)
         pixel_values_local = torch.empty(n_tiles, 3, TILE_SIZE, TILE_SIZE, dtype=torch.float32)
@@ -175,13 +166,8 @@ class JinaOCRImageProcessor(PilBackend):
                 jobs.append(partial(write_tiles, page, grid, tiles.numpy()))
                 first_tile += grid[0] * grid[1]
                 image_grids[k] = torch.tensor(grid)
-        workers = min(len(jobs), os.cpu_count() or 1)
-        if workers > 1:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(lambda job: job(), jobs))
-        else:
-            for job in jobs:
-                job()
+        with ThreadPoolExecutor(min(len(jobs), os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda job: job(), jobs))
         for views in (pixel_values, pixel_values_local):
             normalise_in_place(views.numpy(), image_mean or self.image_mean, image_std or self.image_std)
         return BatchFeature(

@@ -22,10 +22,10 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.export.presets import PRESETS
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.generation.dispatch import NullStreamer
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 MID = {
@@ -43,6 +43,16 @@ MID = {
 TINY = {**PRESETS["tiny"], "vocab_size": 445}
 SIDE = 128  # a 128-px view: 7 placeholders, so the prefill does not dominate a short decode
 IMAGE = 7
+
+
+class NullStreamer(BaseStreamer):
+    """A streamer that keeps nothing: it sends a batch-1 FastMTP call to the library's loop."""
+
+    def put(self, value):
+        pass
+
+    def end(self):
+        pass
 
 
 class ReplayHead(nn.Module):

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from transformers.generation import StoppingCriteriaList
 
+from jina_ocr.generation_defaults import REAL_VOCAB_SIZE
 from jina_ocr.model_files import load_model_files
 from jina_ocr.models import BUNDLED
-from jina_ocr.remote_code.generation.settings import REAL_VOCAB_SIZE
 from jina_ocr.runtime.batching import RowStops
 from jina_ocr.runtime.confidence import LogitsTap
 from jina_ocr.train.drills import STAGES

@@ -3,19 +3,16 @@ at batch size 1 ours costs less Python per step; dispatch.py).
 
 Every step drafts up to K tokens per row (fewer while drafts fail: adaptive.py), verifies all rows in
 one main-model forward and commits per row the longest matching prefix plus one token, exactly as
-greedy decoding would. All of it runs on the device; the host reads one small tensor per step (how far
-the best and worst rows got, who finished). Rows accept different numbers of drafts, so:
+greedy decoding would. All of it runs on the device; the host reads one small tensor per step. Rows
+accept different numbers of drafts, so:
 
-- both KV caches (main model and head) grow by the same number of columns for every row; a row that
-  accepted fewer drafts than the best row leaves masked holes, which the 2-D masks skip (positions are
-  counted per row); until the first hole, a batch without padding needs no masks at all;
-- the columns no row accepted are cropped at once;
-- once holes add up to ``COMPACT_AFTER`` columns, and whenever rows leave after holes were made (the
-  row that left may have been the longest), both caches are compacted (``fastmtp.compact``);
-- a finished row (EOS, its token budget, a row stopping criterion) leaves the batch, caches included.
-
-Stopping criteria with ``commit_rows`` (``RowStops``, jina_ocr/runtime/batching.py) end rows while the
-others go on; options the loop cannot honour are refused with an error that says what to do instead.
+- both KV caches (main model and head) grow by the same columns for every row; a row that accepted
+  fewer drafts than the best leaves masked holes, which the 2-D masks skip (positions are counted per
+  row); until the first hole, a batch without padding needs no masks at all;
+- the columns no row accepted are cropped at once; once holes add up to ``COMPACT_AFTER`` columns, and
+  whenever rows leave after holes were made, both caches are compacted (``fastmtp.compact``);
+- a finished row (EOS, its token budget, a ``commit_rows`` stopping criterion such as jina_ocr's
+  ``RowStops``) leaves the batch, caches included.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from ..compat_jina_ocr import output_cache
 from .adaptive import DraftLength
 from .fastmtp import FastMTPDrafter, FastMTPStats, Pairs, compact, main_hidden, positions_and_valid
 from .growing_cache import growing_cache
+from .settings import token_ids
 
 # Hole columns (summed over steps, for the row that accepted least) after which the caches are compacted.
 COMPACT_AFTER = 32
@@ -46,41 +44,29 @@ _NEUTRAL_OPTIONS = {
     "assistant_early_exit": None, "cache_implementation": None,
 }
 # fmt: on
-# Model inputs the batched loop passes to the prefill forward.
+# Model inputs the batched loop passes to the prefill forward, and all it accepts.
 _FORWARD_INPUTS = ("pixel_values", "pixel_values_local", "image_grids")
+_MODEL_INPUTS = ("input_ids", "attention_mask", "use_cache", *_FORWARD_INPUTS)
 
 
-def batched_refusals(generation_config, extra_inputs: dict, **call_options) -> list[str]:
+def batched_refusals(generation_config, model_kwargs: dict, **call_options) -> list[str]:
     """What of one ``generate`` call the batched loop cannot honour, by name (empty when it can run the
-    call); ``call_options`` are generate()'s own arguments, ``extra_inputs`` the model inputs besides
-    ``input_ids`` and ``attention_mask``."""
+    call); ``call_options`` are generate()'s own arguments, ``model_kwargs`` the model inputs."""
     refused = [
         f"{name}={getattr(generation_config, name)!r}"
         for name, neutral in _NEUTRAL_OPTIONS.items()
         if getattr(generation_config, name, None) not in (None, neutral)
     ]
     refused += [f"{name}=..." for name, value in call_options.items() if value]
-    refused += [f"{name}=..." for name in extra_inputs if name not in _FORWARD_INPUTS + ("use_cache",)]
-    if extra_inputs.get("use_cache") is False:
+    refused += [f"{name}=..." for name in model_kwargs if name not in _MODEL_INPUTS]
+    if model_kwargs.get("use_cache") is False:
         refused.append("use_cache=False")
     return refused
 
 
-def check_batched_options(generation_config, extra_inputs: dict, **call_options) -> None:
-    """Raise for what the batched loop cannot honour (see ``batched_refusals``)."""
-    refused = batched_refusals(generation_config, extra_inputs, **call_options)
-    if refused:
-        raise ValueError(
-            "FastMTP for a batch of more than one sequence is greedy decoding with the loop guard only; "
-            f"it cannot honour {', '.join(refused)}. Pass use_mtp=False for this call, or generate one "
-            "sequence at a time (batch size 1 runs FastMTP inside the library's loop, which supports them)."
-        )
-
-
 class _Guard:
-    """The loop guard over the rows of the batch: each row's last generated tokens (at most
-    ``window``) on the device, right-aligned; rows with shorter histories are padded with -1 on the
-    left, and the buffer is only as wide as the longest history."""
+    """The loop guard over the batch: each row's last generated tokens (at most ``window``) on the device,
+    right-aligned and padded with -1 on the left, as wide as the longest history."""
 
     def __init__(self, loop_guard, batch: int, device):
         self.rule = loop_guard
@@ -113,36 +99,39 @@ class _Guard:
 
 @torch.no_grad()
 def generate_batched(
-    model,
-    input_ids: torch.LongTensor,
-    attention_mask: torch.Tensor | None,
-    forward_inputs: dict,
-    *,
-    steps: int,
-    max_new_tokens: int,
-    eos_token_ids: list[int],
-    pad_token_id: int,
-    loop_guard,
-    stats: FastMTPStats,
-    row_stops: list | None = None,
-) -> torch.LongTensor:
-    """Greedy decoding of a left-padded batch with FastMTP; returns prompts plus generated tokens,
-    finished rows padded with ``pad_token_id`` (the layout of the library's greedy output).
-    ``row_stops`` are stopping criteria with ``commit_rows``, told every step's commits."""
+    model, config, input_ids, model_kwargs: dict, stats: FastMTPStats, loop_guard, row_stops
+):
+    """Greedy decoding of a left-padded batch with FastMTP, as the GenerationConfig ``config`` says;
+    returns prompts plus generated tokens, finished rows padded (the layout of the library's greedy
+    output). ``row_stops`` are stopping criteria with ``commit_rows``, told every step's commits."""
     batch, prompt_length = input_ids.shape
+    max_new_tokens = config.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = (config.max_length or 20) - prompt_length
+    if max_new_tokens < 1:
+        raise ValueError(
+            f"nothing to generate: the prompt has {prompt_length} tokens and max_length is "
+            f"{config.max_length}"
+        )
+    eos = token_ids(model.config.eos_token_id if config.eos_token_id is None else config.eos_token_id)
+    pad = config.pad_token_id
+    if pad is None:
+        pad = eos[0] if eos else model.config.pad_token_id
     device = input_ids.device
+    attention_mask = model_kwargs.get("attention_mask")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
-    stop_ids = torch.tensor(eos_token_ids, dtype=torch.long, device=device)
+    stop_ids = torch.tensor(eos, dtype=torch.long, device=device)
     # ``main_mask`` stays None while no row has padding or holes: the forwards then build no padding
     # mask and count no positions over it, as in the library's loop (one read of the prompt mask).
     dense = attention_mask is None or bool(mask.all())
     main_mask = None if dense else mask
     # Generated tokens of every original row; a spare last column takes the writes of masked slots.
-    generated = torch.full((batch, max_new_tokens + 1), pad_token_id, dtype=torch.long, device=device)
+    generated = torch.full((batch, max_new_tokens + 1), pad, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)  # original row of each row still in the batch
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens generated per row
     final_lengths = torch.zeros(batch, dtype=torch.long, device=device)  # per original row, once it leaves
     guard = _Guard(loop_guard, batch, device)
+    steps = stats.num_speculative_steps
     length = DraftLength(steps, stats.adaptive)
 
     cache = growing_cache()
@@ -152,7 +141,7 @@ def generate_batched(
         cache=cache,
         use_cache=True,
         logits_to_keep=1,
-        **forward_inputs,
+        **{key: model_kwargs[key] for key in _FORWARD_INPUTS if key in model_kwargs},
     )
     cache = output_cache(out)
     first = guard.choose(out.logits[:, -1:])[:, 0]
@@ -165,7 +154,6 @@ def generate_batched(
     last_token = first
     position = mask.sum(dim=1)  # rotary position of last_token: the real tokens before it
     spans = [torch.arange(k + 1, device=device) for k in range(steps + 1)]
-    row_stops = row_stops or []
 
     def finished_rows(stops: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Rows that end with this step's commits: EOS, the token budget, or a row stopping criterion."""

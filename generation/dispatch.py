@@ -1,16 +1,14 @@
 """``model.generate`` with FastMTP and the loop guard: resolves the options of one call and picks the loop.
 
-- ``use_mtp`` (the library's GenerationConfig field) defaults from ``generation_config.json`` (on when the
-  checkpoint has a head); ``mtp_num_speculative_steps`` sets K for a call (1..the config's K).
+- ``use_mtp`` defaults from ``generation_config.json`` (on when the checkpoint has a head);
+  ``mtp_num_speculative_steps`` sets K for a call (1..the config's K).
 - FastMTP runs our batched loop (batched.py), at batch size 1 too: about 10 % faster than the library's
   assisted-decoding loop on the tiny preset (benchmarks/fastmtp.py). A batch-1 call that asks for what
   only the library's loop honours (a streamer, logits processors, stopping criteria other than
   ``RowStops``, a static cache, scores, ...) runs inside that loop; a larger batch is refused.
-- FastMTP is greedy: a call that asks for sampling or beams decodes without it, unless it also asks
-  for ``use_mtp=True`` explicitly, which is an error.
+- FastMTP is greedy: a call asking for sampling or beams decodes without it (an error with ``use_mtp=True``).
 - The loop guard is a logits processor appended to the call's, so every loop applies it identically.
-- Row stopping criteria work in every loop; with FastMTP they get the call's running statistics, so a
-  page that finishes early reports the counts up to its end.
+- Row stopping criteria work in every loop; with FastMTP they get the call's running statistics.
 - A library-loop call without a cache of its own, a ``cache_implementation`` or beams gets a growing
   KV cache (growing_cache.py): ``DynamicCache`` appends copy every layer's cache at every step (a tenth
   of a full-size float32 decode step at a 512-token prompt, more as the page grows).
@@ -19,14 +17,12 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 from transformers.generation import LogitsProcessorList
-from transformers.generation.streamers import BaseStreamer
 
 from ..compat_jina_ocr import CACHE_FIELD
-from .batched import _FORWARD_INPUTS, batched_refusals, check_batched_options, generate_batched
+from .batched import batched_refusals, generate_batched
 from .fastmtp import FastMTPStats
 from .growing_cache import growing_cache
 from .loop_guard import SlidingWindowNoRepeatNGram
@@ -37,26 +33,7 @@ from .settings import (
     LOOP_GUARD_NGRAM_KEY,
     LOOP_GUARD_WINDOW_KEY,
     STEPS_KEY,
-    token_ids,
 )
-
-
-class NullStreamer(BaseStreamer):
-    """A streamer that keeps nothing: it sends a batch-1 FastMTP call to the library's loop."""
-
-    def put(self, value):
-        pass
-
-    def end(self):
-        pass
-
-
-@dataclass
-class FastMTPCall:
-    """What the candidate-generator hook needs from the ``generate`` call that is running."""
-
-    steps: int
-    stats: FastMTPStats
 
 
 def _option(call: dict, config, key: str):
@@ -92,11 +69,6 @@ def build_loop_guard(call: dict, config, prompt_length: int) -> SlidingWindowNoR
         raise ValueError(f"{LOOP_GUARD_NGRAM_KEY} is set but {LOOP_GUARD_WINDOW_KEY} is not")
     exempt = _option(call, config, LOOP_GUARD_EXEMPT_KEY) or ()
     return SlidingWindowNoRepeatNGram(ngram, window, prompt_length, exempt)
-
-
-def _eos_ids(generation_config, model_config) -> list[int]:
-    eos = generation_config.eos_token_id
-    return token_ids(model_config.eos_token_id if eos is None else eos)
 
 
 def generate(
@@ -150,37 +122,36 @@ def generate(
         "stopping_criteria": [c for c in stopping_criteria or () if c not in row_stops],
         "streamer": streamer,
     }
-    if (
-        use_mtp
-        and input_ids is not None
-        and (batch > 1 or not batched_refusals(config, _extra_inputs(model_kwargs), **call_options))
-    ):
-        stats = FastMTPStats(steps, batch, adaptive)
-        for criterion in row_stops:
-            criterion.fastmtp = stats
-        return _generate_batch(
-            model, config, input_ids, model_kwargs, stats, guard, row_stops, **call_options
+    refused = batched_refusals(config, model_kwargs, **call_options) if use_mtp else []
+    ours = use_mtp and input_ids is not None and (batch > 1 or not refused)
+    if ours and refused:
+        raise ValueError(
+            "FastMTP for a batch of more than one sequence is greedy decoding with the loop guard only; "
+            f"it cannot honour {', '.join(refused)}. Pass use_mtp=False for this call, or generate one "
+            "sequence at a time (batch size 1 runs FastMTP inside the library's loop, which supports them)."
         )
-
-    if _default_cache_wanted(config, model_kwargs):
-        model_kwargs[CACHE_FIELD] = growing_cache()
-    run = FastMTPCall(steps, FastMTPStats(steps, 1, adaptive)) if use_mtp else None
+    stats = FastMTPStats(steps, batch, adaptive) if use_mtp else None  # the library's loop: batch 1
     for criterion in row_stops:
-        criterion.fastmtp = run.stats if run is not None else None
-    model._fastmtp_call = run
-    try:
-        output = library_generate(
-            inputs,
-            generation_config=config,
-            logits_processor=processors,
-            stopping_criteria=stopping_criteria,
-            streamer=streamer,
-            **model_kwargs,
-        )
-    finally:
-        model._fastmtp_call = None
-    if run is not None:
-        model.fastmtp_stats = run.stats.as_dict()
+        criterion.fastmtp = stats
+    if ours:
+        output = generate_batched(model, config, input_ids, model_kwargs, stats, guard, row_stops)
+    else:
+        if _default_cache_wanted(config, model_kwargs):
+            model_kwargs[CACHE_FIELD] = growing_cache()
+        model._fastmtp_call = stats  # for the candidate-generator hook
+        try:
+            output = library_generate(
+                inputs,
+                generation_config=config,
+                logits_processor=processors,
+                stopping_criteria=stopping_criteria,
+                streamer=streamer,
+                **model_kwargs,
+            )
+        finally:
+            model._fastmtp_call = None
+    if stats is not None:
+        model.fastmtp_stats = stats.as_dict()
     return output
 
 
@@ -194,41 +165,3 @@ def _default_cache_wanted(config, model_kwargs: dict) -> bool:
         and model_kwargs.get("cache") is None
         and model_kwargs.get("past_key_values") is None
     )
-
-
-def _extra_inputs(model_kwargs: dict) -> dict:
-    """The model inputs of a call besides the token ids and their mask."""
-    return {key: value for key, value in model_kwargs.items() if key not in ("input_ids", "attention_mask")}
-
-
-def _generate_batch(model, config, input_ids, model_kwargs, stats, guard, row_stops, **call_options):
-    attention_mask = model_kwargs.get("attention_mask")
-    model_kwargs = _extra_inputs(model_kwargs)
-    check_batched_options(config, model_kwargs, **call_options)
-    prompt_length = input_ids.shape[1]
-    if config.max_new_tokens is not None:
-        budget = config.max_new_tokens
-    else:
-        budget = (config.max_length or 20) - prompt_length
-    if budget < 1:
-        raise ValueError(
-            f"nothing to generate: the prompt has {prompt_length} tokens and max_length is {config.max_length}"
-        )
-    eos = _eos_ids(config, model.config)
-    pad = config.pad_token_id
-    pad = (eos[0] if eos else model.config.pad_token_id) if pad is None else pad
-    output = generate_batched(
-        model,
-        input_ids,
-        attention_mask,
-        {key: model_kwargs[key] for key in _FORWARD_INPUTS if key in model_kwargs},
-        steps=stats.num_speculative_steps,
-        max_new_tokens=budget,
-        eos_token_ids=eos,
-        pad_token_id=pad,
-        loop_guard=guard,
-        stats=stats,
-        row_stops=row_stops,
-    )
-    model.fastmtp_stats = stats.as_dict()
-    return output

@@ -2,10 +2,9 @@
 
 Pairing (EAGLE style, SPEC section 6): a head entry combines the token at position j+1 with the main
 model's state at position j and predicts the token at j+2. Its rotary position is j, as in vLLM's MTP
-drafters; attention is relative, so this only decides which entry the "embedding zeroed at position 0"
-rule hits: the first pair of the sequence, as in vLLM.
-
-One drafting step, newest committed token x_n, main states known up to h_{n-1}:
+drafters (attention is relative: this only decides which entry the "embedding zeroed at position 0"
+rule hits, the sequence's first pair). One drafting step, newest committed token x_n, main states known
+up to h_{n-1}:
 
 1. the head consumes every pair (x_{j+1}, h_j) it has not seen yet; the last, (x_n, h_{n-1}), gives
    draft 1 (a step that drafts nothing, adaptive.py, leaves its pairs for the next one that does);
@@ -13,9 +12,8 @@ One drafting step, newest committed token x_n, main states known up to h_{n-1}:
 3. after verification ``rollback`` removes the recursive entries, so the head cache holds one entry per
    committed pair built from a main-model state, never from the head's own guesses.
 
-``FastMTPDrafter`` serves our batched loop (``batched.py``) and the library's assisted-decoding loop
-(``FastMTPCandidateGenerator``). Rows with fewer new pairs are padded, and the padding is masked in the
-head's attention mask.
+``FastMTPDrafter`` serves our batched loop (batched.py) and the library's assisted-decoding loop
+(``FastMTPCandidateGenerator``); rows with fewer new pairs are padded, and the padding masked.
 """
 
 from __future__ import annotations
@@ -98,11 +96,6 @@ class FastMTPDrafter:
     """The FastMTP head's state across one ``generate`` call: its KV cache and the cache's 2-D mask."""
 
     def __init__(self, model):
-        if not getattr(model.config, "num_nextn_predict_layers", 0):
-            raise ValueError(
-                "FastMTP needs a checkpoint with a draft head (num_nextn_predict_layers = 1); this model has "
-                "none, so generate with use_mtp=False"
-            )
         self.model = model
         self.head = model.mtp_module.heads[0]
         self.feed_back_normed = model.config.mtp_feedback_hidden == "post_norm"
@@ -130,11 +123,9 @@ class FastMTPDrafter:
         choose: Callable[[torch.Tensor, list[torch.Tensor]], torch.Tensor],
         stop_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Consume ``pairs`` and return up to ``steps`` drafts per row, (B, <= steps).
-
-        ``choose(logits, drafts_so_far)`` turns (B, V) logits into tokens (B,) with the logits processors
-        verification applies. Drafting stops once every row's last draft is in ``stop_ids``.
-        """
+        """Consume ``pairs`` and return up to ``steps`` drafts per row, (B, <= steps), fewer once every
+        row's last draft is in ``stop_ids``. ``choose(logits, drafts_so_far)`` turns (B, V) logits into
+        tokens (B,) with the logits processors verification applies."""
         out = self._step(pairs.tokens, pairs.hidden, pairs.positions, pairs.valid)
         rows = torch.arange(out.shape[0], device=out.device)
         state = out[rows, pairs.last]
@@ -176,13 +167,10 @@ class FastMTPDrafter:
 
 @dataclass
 class FastMTPStats:
-    """Counts of one ``generate`` call; ``as_dict`` is what ``model.fastmtp_stats`` holds.
-
-    A verification step is one sequence checked by one main-model forward after the prefill (B per
-    forward for B rows). Depth d is drafted when a step drafted at least d tokens, accepted when the main
-    model agreed with drafts 1..d. The draft-length histogram counts steps by drafts checked (0: a plain
-    greedy step of adaptive drafting).
-    """
+    """Counts of one ``generate`` call; ``as_dict`` is what ``model.fastmtp_stats`` holds. A verification
+    step is one sequence checked by one main-model forward after the prefill (B per forward of B rows).
+    Depth d is drafted when a step drafted at least d tokens, accepted when the main model agreed with
+    drafts 1..d. The draft-length histogram counts steps by drafts checked (0: a plain greedy step)."""
 
     num_speculative_steps: int
     batch_size: int
@@ -257,19 +245,16 @@ def positions_and_valid(attention_mask: torch.Tensor | None, batch: int, length:
 
 
 class FastMTPCandidateGenerator(CandidateGenerator):
-    """FastMTP inside the library's assisted-decoding loop (batch-1 calls that need its features).
-
-    ``get_candidates`` gets the outputs of the loop's previous main-model forward, whose states are all
-    this needs (``model_kwargs_overrides`` is empty).
-    """
+    """FastMTP inside the library's assisted-decoding loop (batch-1 calls that need its features);
+    ``get_candidates`` reads the states of the loop's previous main-model forward, nothing else."""
 
     requires_model_outputs = True
     model_kwargs_overrides: dict = {}
 
-    def __init__(self, model, steps: int, generation_config, logits_processor, stats: FastMTPStats):
+    def __init__(self, model, generation_config, logits_processor, stats: FastMTPStats):
         self.drafter = FastMTPDrafter(model)
         self.config = model.config
-        self.length = DraftLength(steps, stats.adaptive)
+        self.length = DraftLength(stats.num_speculative_steps, stats.adaptive)
         self.max_length = generation_config.max_length
         eos = token_ids(generation_config.eos_token_id)
         self.stop_ids = torch.tensor(eos, dtype=torch.long, device=model.device)

@@ -34,13 +34,13 @@ def install(model_class: type) -> type:
 
     def choose_candidate_generator(self, generation_config, **kwargs):
         """FastMTP for ``use_mtp``; any other assisted mode (an assistant model, prompt lookup) is the
-        library's. The running ``generate`` call passes K and its statistics in ``_fastmtp_call``."""
+        library's. The running ``generate`` call passes its statistics (and K) in ``_fastmtp_call``."""
         if not generation_config.use_mtp:
             return library_choice(self, generation_config=generation_config, **kwargs)
-        call = getattr(self, "_fastmtp_call", None)
-        steps = call.steps if call is not None else self.config.mtp_num_speculative_steps
-        stats = call.stats if call is not None else FastMTPStats(steps, 1)
-        return FastMTPCandidateGenerator(self, steps, generation_config, kwargs["logits_processor"], stats)
+        stats = getattr(self, "_fastmtp_call", None)
+        if stats is None:
+            stats = FastMTPStats(self.config.mtp_num_speculative_steps, 1)
+        return FastMTPCandidateGenerator(self, generation_config, kwargs["logits_processor"], stats)
 
     setattr(model_class, CANDIDATE_GENERATOR_HOOK, choose_candidate_generator)
     return model_class

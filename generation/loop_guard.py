@@ -33,10 +33,6 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
         self.ngram_size, self.window, self.prompt_length = ngram_size, window, prompt_length
         self.exempt = torch.tensor(sorted(set(exempt_token_ids)), dtype=torch.long)
 
-    def recent(self, generated: torch.Tensor) -> torch.Tensor:
-        """The last ``window`` tokens (or fewer) of each row of (R, L) ``generated``: all the rule reads."""
-        return generated[..., -self.window :] if generated.shape[-1] > self.window else generated
-
     def banned_mask(self, recent: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """(..., w) histories, w <= ``window``, right-aligned and left-padded with -1 (matches no token) ->
         (..., vocab_size) bool, True for a banned next token. All rows at once, with no read-back to host."""
@@ -59,11 +55,7 @@ class SlidingWindowNoRepeatNGram(LogitsProcessor):
             banned[..., exempt.to(recent.device)] = False
         return banned
 
-    def banned_tokens(self, generated: torch.Tensor) -> torch.Tensor:
-        """Token ids banned as the next token after the 1-D ``generated`` history, ascending."""
-        vocab_size = int(generated.max()) + 1 if generated.numel() else 0
-        return self.banned_mask(self.recent(generated[None]), vocab_size)[0].nonzero().flatten()
-
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        banned = self.banned_mask(self.recent(input_ids[:, self.prompt_length :]), scores.shape[-1])
+        recent = input_ids[:, self.prompt_length :][:, -self.window :]  # all the rule reads
+        banned = self.banned_mask(recent, scores.shape[-1])
         return scores.masked_fill(banned, -float("inf"))

@@ -12,18 +12,30 @@ from transformers import GenerationConfig
 
 from jina_ocr.errors import UserError
 from jina_ocr.remote_code.generation.settings import (
-    DEFAULT_MAX_NEW_TOKENS,
-    EXEMPT_TOKENS,
     LOOP_GUARD_EXEMPT_KEY,
     LOOP_GUARD_NGRAM_KEY,
-    LOOP_GUARD_NGRAM_SIZE,
-    LOOP_GUARD_WINDOW,
     LOOP_GUARD_WINDOW_KEY,
-    REAL_EXEMPT_TOKEN_IDS,
-    REAL_VOCAB_SIZE,
     STEPS_KEY,
 )
-from jina_ocr.remote_code.processing_jina_ocr import JinaOCRImageProcessor, jina_request, max_image_tokens
+from jina_ocr.remote_code.processing_jina_ocr import (
+    MODES,
+    PIXELS_PER_TOKEN,
+    TILE_GRIDS,
+    JinaOCRImageProcessor,
+    count_image_tokens,
+    jina_request,
+)
+
+# SPEC section 5: n = 35 over the last 1024 generated tokens, <td> and </td> exempt.
+LOOP_GUARD_NGRAM_SIZE = 35
+LOOP_GUARD_WINDOW = 1024
+EXEMPT_TOKENS = ("<td>", "</td>")
+# Their ids in the real jina-ocr-v1 / DeepSeek-OCR vocabulary, for exports that ship no tokenizer.
+REAL_VOCAB_SIZE = 129280
+REAL_EXEMPT_TOKEN_IDS = (128821, 128822)
+
+# The output budget per page: a dense page is about 1,100 tokens, so this leaves room for the densest.
+DEFAULT_MAX_NEW_TOKENS = 4096
 
 
 def exempt_token_ids(config, tokenizer) -> list[int]:
@@ -32,6 +44,13 @@ def exempt_token_ids(config, tokenizer) -> list[int]:
         ids = [tokenizer.convert_tokens_to_ids(token) for token in EXEMPT_TOKENS]
         return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
     return list(REAL_EXEMPT_TOKEN_IDS) if config.vocab_size == REAL_VOCAB_SIZE else []
+
+
+def max_image_tokens(mode: str, pixels_per_token: int = PIXELS_PER_TOKEN) -> int:
+    """The most placeholders one page can take in ``mode`` (with its largest tile grid, if it tiles)."""
+    view_size, tiled = MODES[mode.lower()]
+    grids = [None, *(TILE_GRIDS if tiled else [])]
+    return max(count_image_tokens(view_size, grid, pixels_per_token) for grid in grids)
 
 
 def max_new_tokens_for(config, tokenizer=None, mode: str = JinaOCRImageProcessor.mode) -> int:

@@ -9,6 +9,7 @@ a Hub folder for users of plain Transformers.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,31 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from jina_ocr.quantization import Quantization, load_quantized, quantization_of
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 
 WEIGHTS = "model.safetensors"
 SETTINGS = "jina_ocr_model.json"
+FUSED = re.compile(r"^(?P<experts>(?:.*\.)?mlp\.experts)\.(?P<name>gate_up_proj|down_proj)$")
+
+
+def checkpoint_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Fused expert tensors (``experts_jina_ocr``) -> one contiguous tensor per expert and projection, the
+    checkpoint layout, for files written without ``save_pretrained`` (no storage shared with the model,
+    as safetensors requires); every other key as it is."""
+    out = {}
+    for key, tensor in state.items():
+        if (match := FUSED.match(key)) is None:
+            out[key] = tensor
+            continue
+        if match["name"] == "down_proj":
+            parts = {"down": tensor}
+        else:
+            parts = dict(zip(("gate", "up"), tensor.chunk(2, dim=1), strict=True))
+        for e in range(tensor.shape[0]):
+            for proj, stacked in parts.items():
+                out[f"{match['experts']}.{e}.{proj}_proj.weight"] = stacked[e].clone(
+                    memory_format=torch.contiguous_format
+                )
+    return out
 
 
 def save_model_files(folder: str | Path, model, tokenizer, settings: dict[str, Any]) -> Path:

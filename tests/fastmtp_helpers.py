@@ -7,11 +7,11 @@ import itertools
 import torch
 from small_config import IMAGE, SMALL
 from torch import nn
+from transformers.generation.streamers import BaseStreamer
 
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
 from jina_ocr.remote_code.generation import batched, fastmtp
 from jina_ocr.remote_code.generation.adaptive import DraftLength
-from jina_ocr.remote_code.generation.dispatch import NullStreamer
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.remote_code.processing_jina_ocr import PIXELS_PER_TOKEN
 
@@ -50,6 +50,16 @@ def page_batch(seed: int, sides: list[int], vocab: int, dtype=torch.float64) -> 
     assert len(set(sides)) == 1, "one view size per batch: views are stacked into one tensor"
     pixels = torch.randn(len(sides), 3, sides[0], sides[0], generator=gen).to(dtype)
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
+class NullStreamer(BaseStreamer):
+    """A streamer that keeps nothing: it sends a batch-1 FastMTP call to the library's loop."""
+
+    def put(self, value):
+        pass
+
+    def end(self):
+        pass
 
 
 def loop_options(loop: str) -> dict:

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import build_tiny_tokenizer
 

@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from small_config import SMALL
 
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 

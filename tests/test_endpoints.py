@@ -30,7 +30,7 @@ from test_documents import pdf_with_a_blank_second_page
 import jina_ocr
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.generation_defaults import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.documents import open_document
 from jina_ocr.services import endpoints
 from jina_ocr.services.endpoints import EndpointConverter, RetryPolicy, retry_after_seconds

@@ -9,8 +9,9 @@ from safetensors.torch import load_file, save_file
 from small_config import SMALL
 from test_model_parity import ref_routed, ref_swiglu_of
 
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout, fused_layout
+from jina_ocr.remote_code.experts_jina_ocr import fused_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRExperts, JinaOCRForConditionalGeneration, JinaOCRMoE
 
 

@@ -23,9 +23,9 @@ from transformers import DynamicCache
 from transformers.generation import LogitsProcessor, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
+from jina_ocr.generation_defaults import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.remote_code.generation import dispatch, hooks
 from jina_ocr.remote_code.generation.fastmtp import FastMTPCandidateGenerator
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 
 GUARD = {"loop_guard_ngram_size": 3, "loop_guard_window": 8}  # small enough to fire in short outputs
 

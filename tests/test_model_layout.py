@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 # Written from SPEC section 2, independently of the model code: (key pattern, shape) for every tensor.

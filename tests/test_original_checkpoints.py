@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 
 from jina_ocr.cli import main as cli
 from jina_ocr.export.folder import ExportError, validate_folder
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 DECODER = {

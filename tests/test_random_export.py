@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from jina_ocr.cli import main
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.generation_defaults import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.remote_code.processing_jina_ocr import JinaOCRProcessor
 from jina_ocr.vllm import vllm_llm_kwargs
 

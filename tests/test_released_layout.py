@@ -28,9 +28,9 @@ from released_layout import FIXTURE, write_released
 
 import jina_ocr
 from jina_ocr.cli import main
+from jina_ocr.model_files import checkpoint_layout
 from jina_ocr.models import BUNDLED
 from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
 MAX_NEW_TOKENS = 12

@@ -19,8 +19,13 @@ from training_helpers import write_recipe
 
 from jina_ocr.cli import main
 from jina_ocr.errors import UserError
-from jina_ocr.model_files import load_model_files, load_settings, load_tokenizer, save_model_files
-from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
+from jina_ocr.model_files import (
+    checkpoint_layout,
+    load_model_files,
+    load_settings,
+    load_tokenizer,
+    save_model_files,
+)
 from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 from jina_ocr.tokenizer import ADDED_SPECIAL_TOKENS, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN
 from jina_ocr.train.data import IGNORE_INDEX, Collator, Example

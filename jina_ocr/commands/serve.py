@@ -15,7 +15,7 @@ from jina_ocr.commands._options import (
 )
 from jina_ocr.errors import UserError
 from jina_ocr.loading import resolve_model
-from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
+from jina_ocr.runtime.documents import SERVER_MAX_PIXELS
 from jina_ocr.services.conversion import DEFAULT_MAX_NEW_TOKENS, Converter
 
 NAME = "serve"

@@ -164,8 +164,8 @@ def _check_weights(folder: Path) -> None:
     import torch
     from safetensors import safe_open
 
+    from jina_ocr.model_files import checkpoint_layout
     from jina_ocr.remote_code.configuration_jina_ocr import JinaOCRConfig
-    from jina_ocr.remote_code.experts_jina_ocr import checkpoint_layout
     from jina_ocr.remote_code.modeling_jina_ocr import JinaOCRForConditionalGeneration
 
     config = JinaOCRConfig.from_pretrained(folder)

@@ -54,6 +54,11 @@ DOCUMENT_SUFFIXES = IMAGE_SUFFIXES | {".pdf"}
 
 NOT_A_DOCUMENT = "is neither a PDF nor a PNG, JPEG, TIFF, WebP or BMP image"
 
+SERVER_MAX_PIXELS = 40_000_000
+"""The default limit of ``jina-ocr serve``, stricter than :data:`DEFAULT_MAX_PIXELS`: a server decodes
+the pages of many clients at once (each request keeps a batch of pages in flight) from bytes anyone
+can send, while ``convert`` reads one user's own files one page at a time."""
+
 
 class DocumentError(UserError):
     """A document (and possibly one of its pages) that cannot be used, with the reason.

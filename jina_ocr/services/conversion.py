@@ -24,8 +24,8 @@ from typing import Any
 from PIL import Image
 
 from jina_ocr.errors import UserError
+from jina_ocr.generation_defaults import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.loading import load
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.batching import BatchDriver, Generation, Page, batches
 from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.confidence import STOP, cut_short

@@ -43,7 +43,12 @@ import httpx
 from PIL import Image
 
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.generation import settings
+from jina_ocr.generation_defaults import (
+    DEFAULT_MAX_NEW_TOKENS,
+    LOOP_GUARD_NGRAM_SIZE,
+    LOOP_GUARD_WINDOW,
+    REAL_EXEMPT_TOKEN_IDS,
+)
 from jina_ocr.runtime import render_worker
 from jina_ocr.runtime.batching import Generation
 from jina_ocr.runtime.checks import positive_int
@@ -69,9 +74,9 @@ FAILURES_BEFORE_COOLDOWN = 3
 API_KEY_ENV = "OPENAI_API_KEY"
 
 LOOP_GUARD_XARGS = {
-    "ngram_size": settings.LOOP_GUARD_NGRAM_SIZE,
-    "window_size": settings.LOOP_GUARD_WINDOW,
-    "whitelist_token_ids": list(settings.REAL_EXEMPT_TOKEN_IDS),
+    "ngram_size": LOOP_GUARD_NGRAM_SIZE,
+    "window_size": LOOP_GUARD_WINDOW,
+    "whitelist_token_ids": list(REAL_EXEMPT_TOKEN_IDS),
 }
 """The released model's loop guard as vLLM's per-request n-gram processor reads it (``vllm_xargs``)."""
 
@@ -402,7 +407,7 @@ class EndpointConverter:
         concurrency: int = DEFAULT_CONCURRENCY,
         policy: RetryPolicy | None = None,
         prompt: str | None = None,
-        max_new_tokens: int = settings.DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         dpi: int = DEFAULT_DPI,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         retry_truncated: int = 0,

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.generation.settings import DEFAULT_MAX_NEW_TOKENS
+from jina_ocr.generation_defaults import DEFAULT_MAX_NEW_TOKENS
 from jina_ocr.runtime.checks import positive_int
 from jina_ocr.runtime.documents import (
     DEFAULT_DPI,

@@ -81,10 +81,16 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jina_ocr.errors import UserError
-from jina_ocr.remote_code.pages_jina_ocr import SERVER_MAX_PIXELS
 from jina_ocr.runtime.batching import Cancelled, Generation, Page
 from jina_ocr.runtime.confidence import STOP
-from jina_ocr.runtime.documents import Document, DocumentError, PixelLimitError, is_blank, open_document
+from jina_ocr.runtime.documents import (
+    SERVER_MAX_PIXELS,
+    Document,
+    DocumentError,
+    PixelLimitError,
+    is_blank,
+    open_document,
+)
 from jina_ocr.runtime.results import PageResult, blank_generation
 from jina_ocr.services.conversion import PAGE_MARKER, Converter, document_markdown, document_record
 from jina_ocr.services.fetch import (

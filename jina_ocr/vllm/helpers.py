@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from jina_ocr import generation_defaults as defaults
 from jina_ocr.remote_code.generation import settings
 from jina_ocr.remote_code.processing_jina_ocr import jina_request
 
@@ -81,15 +82,15 @@ def ocr_sampling_params(model: str | Path | None = None, loop_guard: bool = True
     generation = _read_json(model, "generation_config.json") if model is not None else {}
     params: dict[str, Any] = {
         "temperature": 0.0,
-        "max_tokens": generation.get("max_new_tokens", settings.DEFAULT_MAX_NEW_TOKENS),
+        "max_tokens": generation.get("max_new_tokens", defaults.DEFAULT_MAX_NEW_TOKENS),
         "skip_special_tokens": False,
     }
-    ngram = generation.get(settings.LOOP_GUARD_NGRAM_KEY, settings.LOOP_GUARD_NGRAM_SIZE)
+    ngram = generation.get(settings.LOOP_GUARD_NGRAM_KEY, defaults.LOOP_GUARD_NGRAM_SIZE)
     if loop_guard and ngram:
-        exempt = generation.get(settings.LOOP_GUARD_EXEMPT_KEY, list(settings.REAL_EXEMPT_TOKEN_IDS))
+        exempt = generation.get(settings.LOOP_GUARD_EXEMPT_KEY, list(defaults.REAL_EXEMPT_TOKEN_IDS))
         params["extra_args"] = {
             "ngram_size": ngram,
-            "window_size": generation.get(settings.LOOP_GUARD_WINDOW_KEY, settings.LOOP_GUARD_WINDOW),
+            "window_size": generation.get(settings.LOOP_GUARD_WINDOW_KEY, defaults.LOOP_GUARD_WINDOW),
             "whitelist_token_ids": list(exempt),
         }
     params.update(overrides)
